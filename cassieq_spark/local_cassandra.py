@@ -75,9 +75,10 @@ def node_address(index: int) -> str:
 
 
 def initial_token(index: int, nodes: int) -> int:
-    """Murmur3 token for node ``index`` of ``nodes`` (num_tokens 1), evenly spread; node 1 gets 0."""
-    span = 2**64
-    return ((index - 1) * span // nodes + 2**63) % span - 2**63
+    """Murmur3 token for node ``index`` of ``nodes`` (num_tokens 1): the middle of the node's
+    equal slice of the ring, so tokens are evenly spread, a lone node gets 0 and none is the
+    reserved minimum token."""
+    return -(2**63) + (2 * index - 1) * 2**64 // (2 * nodes)
 
 
 @dataclass(frozen=True)

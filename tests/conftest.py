@@ -1,0 +1,192 @@
+"""Shared pytest fixtures: the Cassandra under test, a local Spark session, a fresh keyspace.
+
+``CASSIEQ_TEST_CASSANDRA`` chooses the Cassandra:
+
+- ``external://host[,host...]:port`` - an existing cluster (e.g. ``external://127.0.0.1:9042``);
+- ``docker`` - a ``cassandra:5.0`` container through testcontainers;
+- ``auto`` (default) - docker if an engine answers and the image is cached, else the local
+  launcher (``cassieq_spark.local_cassandra``), started if it is not running and stopped at the
+  end only if this session started it.
+
+Further fixtures live in ``tests/fixtures_*.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cassandra.cluster import Cluster, Session
+
+from cassieq_spark.local_cassandra import (
+    DEFAULT_PORT,
+    LocalCassandra,
+    node_address,
+    query_release_version,
+)
+
+log = logging.getLogger(__name__)
+
+TESTS_DIR = Path(__file__).resolve().parent
+DOCKER_IMAGE = "cassandra:5.0"
+DIRECTORY_MARKERS = {"unit": "unit", "integration": "integration"}
+
+
+@dataclass
+class CassandraEndpoint:
+    """Where the Cassandra under test listens, plus a cached driver session."""
+
+    contact_points: list[str]
+    port: int
+    kind: str
+    _clusters: list[Cluster] = field(default_factory=list, repr=False)
+    _session: Session | None = field(default=None, repr=False)
+
+    def connect(self, keyspace: str | None = None, **cluster_kwargs: Any) -> Session:
+        """A new driver Session (closed with the fixture); kwargs go to ``Cluster``."""
+        cluster_kwargs.setdefault("protocol_version", 5)
+        cluster = Cluster(self.contact_points, port=self.port, **cluster_kwargs)
+        self._clusters.append(cluster)
+        return cluster.connect(keyspace)
+
+    def session(self) -> Session:
+        """A shared Session for the whole test session."""
+        if self._session is None:
+            self._session = self.connect()
+        return self._session
+
+    def close(self) -> None:
+        for cluster in self._clusters:
+            cluster.shutdown()
+        self._clusters.clear()
+        self._session = None
+
+
+def _parse_external(spec: str) -> tuple[list[str], int]:
+    hosts, _, port = spec.removeprefix("external://").rpartition(":")
+    if not hosts or not port.isdigit():
+        raise pytest.UsageError(
+            f"CASSIEQ_TEST_CASSANDRA={spec!r}: expected external://host[,host...]:port"
+        )
+    return [h.strip() for h in hosts.split(",") if h.strip()], int(port)
+
+
+def _docker_usable() -> bool:
+    """True if a Docker engine answers and the Cassandra image is already present."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.images.get(DOCKER_IMAGE)
+        return True
+    except Exception as exc:  # no engine, no image, no SDK: all mean "not usable"
+        log.info("docker not usable for tests: %s", exc)
+        return False
+
+
+@contextmanager
+def _docker_endpoint() -> Iterator[CassandraEndpoint]:
+    from testcontainers.community.cassandra import CassandraContainer
+
+    with CassandraContainer(DOCKER_IMAGE) as container:
+        points = container.get_contact_points()
+        yield CassandraEndpoint([h for h, _ in points], points[0][1], "docker")
+
+
+@contextmanager
+def _local_endpoint() -> Iterator[CassandraEndpoint]:
+    address = node_address(1)
+    local = LocalCassandra(nodes=1, port=DEFAULT_PORT)
+    if not local.is_node_running(1) and query_release_version(address, DEFAULT_PORT):
+        # Something this checkout did not start (another checkout's dev node) answers there.
+        log.warning("using the Cassandra already answering on %s:%d", address, DEFAULT_PORT)
+        yield CassandraEndpoint([address], DEFAULT_PORT, "external")
+        return
+    with local:  # starts the node if needed; stops it afterwards only if it started it
+        yield CassandraEndpoint(local.contact_points, local.port, "local")
+
+
+@pytest.fixture(scope="session")
+def cassandra() -> Iterator[CassandraEndpoint]:
+    """The Cassandra under test (see the module docstring for CASSIEQ_TEST_CASSANDRA)."""
+    mode = os.environ.get("CASSIEQ_TEST_CASSANDRA", "auto").strip() or "auto"
+    factory: Callable[[], AbstractContextManager[CassandraEndpoint]]
+    if mode.startswith("external://"):
+        hosts, port = _parse_external(mode)
+        factory = partial(nullcontext, CassandraEndpoint(hosts, port, "external"))
+    elif mode == "docker":
+        factory = _docker_endpoint
+    elif mode == "auto":
+        factory = _docker_endpoint if _docker_usable() else _local_endpoint
+    else:
+        raise pytest.UsageError(
+            f"CASSIEQ_TEST_CASSANDRA={mode!r}: use auto, docker or external://host:port"
+        )
+    with factory() as endpoint:
+        try:
+            yield endpoint
+        finally:
+            endpoint.close()
+
+
+@pytest.fixture
+def keyspace(cassandra: CassandraEndpoint) -> Iterator[str]:
+    """A fresh keyspace (SimpleStrategy, RF 1), dropped after the test."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    session = cassandra.session()
+    session.execute(
+        f"CREATE KEYSPACE {name} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    try:
+        yield name
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession with the UI off and 2 shuffle partitions."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("cassieq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests under tests/unit as unit and tests/integration as integration.
+
+    A test that already carries a unit or integration marker keeps its own.
+    """
+    for item in items:
+        if any(item.get_closest_marker(m) for m in DIRECTORY_MARKERS.values()):
+            continue
+        try:
+            top = item.path.resolve().relative_to(TESTS_DIR).parts[0]
+        except (ValueError, IndexError):
+            continue
+        marker = DIRECTORY_MARKERS.get(top)
+        if marker:
+            item.add_marker(getattr(pytest.mark, marker))
