@@ -1,0 +1,282 @@
+"""``QueueClient``: the whole queue API for code that is not Spark.
+
+from cassieq_spark import QueueClient
+
+with QueueClient.connect(["127.0.0.1"]) as q:
+    q.bootstrap(create_keyspace=True)
+    q.create_queue("jobs", exist_ok=True)
+    q.put("jobs", b"hello")
+    m = q.get("jobs")
+    q.ack("jobs", m.pop_receipt)
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from .config import ConnectionConfig, connection_from_options
+from .engine import consumer as consumer_mod
+from .engine import monoton, queues, schema
+from .engine.buckets import DEFAULT_BUCKET_SIZE
+from .engine.clock import to_epoch
+from .engine.counters import Counters
+from .engine.messages import COLUMNS, Message, check_headers, read_range, to_bytes
+from .engine.producer import enqueue
+from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from .engine.repair import RepairReport, repair_queue
+from .engine.session import Connection
+from .engine.stats import stats as queue_stats
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+QUEUE_CACHE_SECONDS = 5.0
+
+
+def _delay(value: float, what: str = "delay") -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
+    if v != v or v < 0 or v == float("inf"):
+        raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    return v
+
+
+class QueueClient:
+    """A connection to the queues of one keyspace. Thread-safe for puts; one per process is enough."""
+
+    def __init__(self, config: ConnectionConfig, connection: Connection | None = None):
+        self.config = config
+        self._own = connection is None
+        self.conn = connection or Connection(config)
+        self.counters = Counters(self.conn)
+        self._consumer = consumer_mod.Consumer(self.conn, self.counters)
+        self._queues: dict[str, tuple[float, QueueInfo]] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        contact_points: Sequence[str] | str = ("127.0.0.1",),
+        port: int = 9042,
+        keyspace: str = "cassieq",
+        local_dc: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        consistency: str = "LOCAL_QUORUM",
+        serial_consistency: str = "LOCAL_SERIAL",
+    ) -> QueueClient:
+        if isinstance(contact_points, str):
+            contact_points = [h.strip() for h in contact_points.split(",") if h.strip()]
+        config = ConnectionConfig(
+            contact_points=tuple(contact_points),
+            port=port,
+            keyspace=keyspace,
+            local_dc=local_dc,
+            username=username,
+            password=password,
+            consistency=consistency,
+            serial_consistency=serial_consistency,
+            ssl_enabled=ssl_context is not None,
+            ssl_context_override=ssl_context,
+        )
+        return cls(config)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> QueueClient:
+        """From Spark-style options: ``contactPoints``, ``port``, ``keyspace``, ``localDc``, ..."""
+        return cls(connection_from_options(options))
+
+    def close(self) -> None:
+        if self._own:
+            self.conn.shutdown()
+
+    def __enter__(self) -> QueueClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- schema and queues ----------------------------------------------------------------------
+
+    def bootstrap(self, create_keyspace: bool = False, replication_factor: int = 1) -> int:
+        """Create or migrate the schema. Idempotent. Returns the schema version."""
+        if create_keyspace:
+            schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
+        return schema.bootstrap(self.conn.session, self.config.keyspace)
+
+    def create_queue(
+        self,
+        name: str,
+        bucket_size: int = DEFAULT_BUCKET_SIZE,
+        max_delivery_count: int = 5,
+        visibility_timeout: float = 30.0,
+        repair_timeout: float = 15.0,
+        dead_letter_queue: str | None = None,
+        message_ttl: int | None = None,
+        exist_ok: bool = False,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> QueueInfo:
+        self._require_schema()
+        info = queues.create_queue(
+            self.conn,
+            name,
+            exist_ok=exist_ok,
+            bucket_size=bucket_size,
+            max_delivery_count=max_delivery_count,
+            visibility_timeout=visibility_timeout,
+            repair_timeout=repair_timeout,
+            dead_letter_queue=dead_letter_queue,
+            message_ttl=message_ttl,
+            max_payload_bytes=max_payload_bytes,
+        )
+        self._queues[name] = (time.monotonic(), info)
+        return info
+
+    def get_queue(self, name: str) -> QueueInfo:
+        self._require_schema()
+        info = queues.get_queue(self.conn, name)
+        self._queues[name] = (time.monotonic(), info)
+        return info
+
+    def list_queues(self) -> list[QueueInfo]:
+        self._require_schema()
+        return queues.list_queues(self.conn)
+
+    def delete_queue(self, name: str) -> None:
+        self._require_schema()
+        queues.delete_queue(self.conn, name)
+        self._queues.pop(name, None)
+
+    def _queue(self, name: str) -> QueueInfo:
+        cached = self._queues.get(name)
+        if cached and time.monotonic() - cached[0] < QUEUE_CACHE_SECONDS:
+            return cached[1]
+        return self.get_queue(name)
+
+    _schema_checked = False
+
+    def _require_schema(self) -> None:
+        if not self._schema_checked:
+            schema.require_schema(self.conn.session, self.config.keyspace)
+            self._schema_checked = True
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def put(
+        self,
+        queue: str,
+        payload: bytes | str,
+        delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """Enqueue one message; returns its id."""
+        return self.put_many(queue, [payload], delay=delay, headers=headers)[0]
+
+    def put_many(
+        self,
+        queue: str,
+        payloads: Iterable[bytes | str],
+        delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> list[int]:
+        """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
+        info = self._queue(queue)
+        d = _delay(delay)
+        h = check_headers(dict(headers) if headers is not None else None)
+        data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
+        if not data:
+            return []
+        return enqueue(
+            self.conn,
+            self.counters,
+            info,
+            data,
+            [h] * len(data) if h else None,
+            [d] * len(data) if d else None,
+        )
+
+    # -- consuming ------------------------------------------------------------------------------
+
+    def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
+        """The next visible message, hidden from others for the visibility timeout; None if empty."""
+        info = self._queue(queue)
+        vt = (
+            info.visibility_timeout
+            if visibility_timeout is None
+            else _delay(visibility_timeout, "visibility timeout")
+        )
+        if vt <= 0:
+            raise ConfigError("visibility timeout must be > 0 seconds")
+        return self._consumer.get(info, vt, self._put_dead_letter)
+
+    def ack(self, queue: str, pop_receipt: str) -> bool:
+        """True if this call acked the message; False for a stale or repeated receipt."""
+        return self._consumer.ack(self._queue(queue), pop_receipt)
+
+    def change_visibility(self, queue: str, pop_receipt: str, timeout: float) -> str:
+        """Hide the message for ``timeout`` more seconds (0 releases it now); returns a new receipt."""
+        return self._consumer.change_visibility(
+            self._queue(queue), pop_receipt, _delay(timeout, "timeout")
+        )
+
+    def _put_dead_letter(self, dlq: str, payload: bytes, headers: dict[str, str], key: str) -> None:
+        info = self._queue(dlq)
+        enqueue(self.conn, self.counters, info, [payload], [headers], key=key)
+
+    # -- looking ------------------------------------------------------------------------------
+
+    def peek(self, queue: str, limit: int = 10) -> list[Message]:
+        """Up to ``limit`` messages that a get could return now. Changes nothing."""
+        if not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be a positive integer, got {limit!r}")
+        info = self._queue(queue)
+        from .engine import pointers
+
+        now = time.time()
+        ptrs = pointers.read(self.conn, info)
+        hz = monoton.horizon(self.conn, info, ptrs.reader, now)
+        out: list[Message] = []
+        for row in read_range(
+            self.conn, info, ptrs.repair * info.bucket_size, hz.safe_end, COLUMNS
+        ):
+            if row.acked or row.dead:
+                continue
+            if row.version is None and row.visible_at is None and row.id < ptrs.reader:
+                continue
+            if max(to_epoch(row.visible_at), to_epoch(row.invisible_until)) > now:
+                continue
+            out.append(
+                Message(
+                    row.id,
+                    row.payload or b"",
+                    dict(row.headers or {}),
+                    None,
+                    row.deliveries or 0,
+                    row.enqueued_at,
+                )
+            )
+            if len(out) >= limit:
+                break
+        return out
+
+    def stats(self, queue: str) -> dict:
+        return queue_stats(self.conn, self.counters, self._queue(queue))
+
+    def repair(
+        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+    ) -> RepairReport:
+        """One repair pass in this process (the Spark job `jobs/repair.py` does the same, spread)."""
+        return repair_queue(
+            self.conn,
+            self.counters,
+            self._queue(queue),
+            repair_timeout=repair_timeout,
+            dry_run=dry_run,
+        )

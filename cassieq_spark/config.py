@@ -1,0 +1,236 @@
+"""Connection settings and option parsing, shared by the client, the CLI, the sink and the source.
+
+Spark hands options over as a case-insensitive dict of strings; the CLI as flags; Python users
+as keyword arguments. All of them end up in one :class:`ConnectionConfig`, validated here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from cassandra import ConsistencyLevel
+
+from .errors import ConfigError
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+CONSISTENCY_LEVELS = (
+    "ONE",
+    "TWO",
+    "THREE",
+    "QUORUM",
+    "ALL",
+    "LOCAL_QUORUM",
+    "EACH_QUORUM",
+    "LOCAL_ONE",
+)
+SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+
+
+def validate_queue_name(name: object, what: str = "queue name") -> str:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise ConfigError(
+            f"invalid {what} {name!r}: use 1-200 characters from letters, digits, '_', '-', '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    contact_points: tuple[str, ...] = ("127.0.0.1",)
+    port: int = 9042
+    keyspace: str = "cassieq"
+    local_dc: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl_enabled: bool = False
+    ssl_ca_file: str | None = None
+    ssl_cert_file: str | None = None
+    ssl_key_file: str | None = None
+    ssl_verify: bool = True
+    # A ready-made context (Python API only) wins over the certificate file options.
+    ssl_context_override: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    consistency: str = "LOCAL_QUORUM"
+    serial_consistency: str = "LOCAL_SERIAL"
+    connect_timeout: float = 10.0
+    request_timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not self.contact_points:
+            raise ConfigError("contactPoints must name at least one host, e.g. 127.0.0.1")
+        for host in self.contact_points:
+            if not host or any(c.isspace() for c in host):
+                raise ConfigError(f"contactPoints has an invalid host {host!r}")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be from 1 to 65535, got {self.port}")
+        if not KEYSPACE_RE.match(self.keyspace or ""):
+            raise ConfigError(
+                f"keyspace {self.keyspace!r} is not valid: letters, digits and '_', starting with a letter"
+            )
+        if self.consistency.upper() not in CONSISTENCY_LEVELS:
+            raise ConfigError(
+                f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}, got {self.consistency!r}"
+            )
+        if self.serial_consistency.upper() not in SERIAL_LEVELS:
+            raise ConfigError(
+                f"serialConsistency must be one of {', '.join(SERIAL_LEVELS)}, got {self.serial_consistency!r}"
+            )
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("username and password go together: give both or neither")
+
+    @property
+    def consistency_level(self) -> int:
+        return ConsistencyLevel.name_to_value[self.consistency.upper()]
+
+    @property
+    def serial_consistency_level(self) -> int:
+        return ConsistencyLevel.name_to_value[self.serial_consistency.upper()]
+
+    def cache_key(self) -> tuple:
+        """Identity of a connection, for per-process session reuse (includes the secret)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def describe(self) -> str:
+        """For logs and errors: never includes the password."""
+        user = f" as {self.username!r}" if self.username else ""
+        return f"{','.join(self.contact_points)}:{self.port} keyspace {self.keyspace!r}{user}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.ssl_context_override is not None:
+            return self.ssl_context_override
+        if not self.ssl_enabled:
+            return None
+        ctx = ssl.create_default_context(cafile=self.ssl_ca_file)
+        if not self.ssl_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.ssl_cert_file:
+            ctx.load_cert_chain(self.ssl_cert_file, self.ssl_key_file)
+        return ctx
+
+
+# Spark option name (lower-cased) -> (ConnectionConfig field, parser)
+def _parse_bool(name: str, value: str) -> bool:
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {name!r} must be true or false, got {value!r}")
+
+
+def _parse_int(name: str, value: str) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be an integer, got {value!r}") from None
+
+
+def _parse_float(name: str, value: str) -> float:
+    try:
+        out = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be a number, got {value!r}") from None
+    if out != out or out in (float("inf"), float("-inf")):
+        raise ConfigError(f"option {name!r} must be a finite number, got {value!r}")
+    return out
+
+
+def _parse_hosts(value: str) -> tuple[list[str], int | None]:
+    hosts, port = [], None
+    for part in str(value).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.count(":") == 1:
+            host, _, p = part.partition(":")
+            port = _parse_int("contactPoints", p)
+            part = host
+        hosts.append(part)
+    if not hosts:
+        raise ConfigError("option 'contactPoints' must name at least one host, e.g. 127.0.0.1")
+    return hosts, port
+
+
+CONNECTION_OPTIONS = {
+    "contactpoints": "contactPoints",
+    "port": "port",
+    "keyspace": "keyspace",
+    "localdc": "localDc",
+    "username": "username",
+    "password": "password",
+    "ssl": "ssl",
+    "sslcafile": "sslCaFile",
+    "sslcertfile": "sslCertFile",
+    "sslkeyfile": "sslKeyFile",
+    "sslverify": "sslVerify",
+    "consistency": "consistency",
+    "serialconsistency": "serialConsistency",
+    "connecttimeout": "connectTimeout",
+    "requesttimeout": "requestTimeout",
+}
+
+
+def connection_from_options(options: Mapping[str, str]) -> ConnectionConfig:
+    """Build a ConnectionConfig from Spark-style options (keys case-insensitive, values strings)."""
+    o = {str(k).lower(): v for k, v in options.items() if v is not None}
+    kw: dict = {}
+    if "contactpoints" in o:
+        hosts, port = _parse_hosts(o["contactpoints"])
+        kw["contact_points"] = tuple(hosts)
+        if port is not None:
+            kw["port"] = port
+    if "port" in o:
+        kw["port"] = _parse_int("port", o["port"])
+    if "keyspace" in o:
+        kw["keyspace"] = str(o["keyspace"])
+    if o.get("localdc"):
+        kw["local_dc"] = str(o["localdc"])
+    if "username" in o:
+        kw["username"] = str(o["username"])
+    if "password" in o:
+        kw["password"] = str(o["password"])
+    if "ssl" in o:
+        kw["ssl_enabled"] = _parse_bool("ssl", o["ssl"])
+    for opt, fld in (
+        ("sslcafile", "ssl_ca_file"),
+        ("sslcertfile", "ssl_cert_file"),
+        ("sslkeyfile", "ssl_key_file"),
+    ):
+        if opt in o:
+            kw[fld] = str(o[opt])
+    if "sslverify" in o:
+        kw["ssl_verify"] = _parse_bool("sslVerify", o["sslverify"])
+    if "consistency" in o:
+        kw["consistency"] = str(o["consistency"]).upper()
+    if "serialconsistency" in o:
+        kw["serial_consistency"] = str(o["serialconsistency"]).upper()
+    if "connecttimeout" in o:
+        kw["connect_timeout"] = _parse_float("connectTimeout", o["connecttimeout"])
+    if "requesttimeout" in o:
+        kw["request_timeout"] = _parse_float("requestTimeout", o["requesttimeout"])
+    return ConnectionConfig(**kw)
+
+
+ENV_PREFIX = "CASSIEQ_"
+
+
+def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``CASSIEQ_CONTACT_POINTS`` etc. as Spark-style option names, for the CLI and jobs."""
+    env = os.environ if environ is None else environ
+    names = {
+        "CONTACT_POINTS": "contactPoints",
+        "PORT": "port",
+        "KEYSPACE": "keyspace",
+        "LOCAL_DC": "localDc",
+        "USERNAME": "username",
+        "PASSWORD": "password",
+        "SSL": "ssl",
+        "CONSISTENCY": "consistency",
+    }
+    return {opt: env[ENV_PREFIX + k] for k, opt in names.items() if env.get(ENV_PREFIX + k)}

@@ -1,0 +1,1 @@
+"""The queue engine on Cassandra: ids, buckets, pointers, reservations, delivery, repair."""

@@ -1,0 +1,210 @@
+"""The queue registry: settings of each queue and its current incarnation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from ..config import validate_queue_name
+from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
+from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
+from .session import Connection
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_PAYLOAD_LIMIT = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's settings. ``queue_id`` names the incarnation (new after delete + create)."""
+
+    name: str
+    queue_id: uuid.UUID
+    bucket_size: int = DEFAULT_BUCKET_SIZE
+    max_delivery_count: int = 5
+    visibility_timeout: float = 30.0
+    repair_timeout: float = 15.0
+    dead_letter_queue: str | None = None
+    message_ttl: int | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    created_at: dt.datetime | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["queue_id"] = str(self.queue_id)
+        d["created_at"] = self.created_at.isoformat() if self.created_at else None
+        return d
+
+    @property
+    def ttl(self) -> int:
+        """TTL in seconds for message rows (0 = none)."""
+        return int(self.message_ttl or 0)
+
+
+def _non_negative(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    if v != v or v < 0 or v == float("inf"):
+        raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return v
+
+
+def validate_settings(
+    *,
+    bucket_size: int,
+    max_delivery_count: int,
+    visibility_timeout: float,
+    repair_timeout: float,
+    dead_letter_queue: str | None,
+    message_ttl: int | None,
+    max_payload_bytes: int,
+    name: str,
+) -> dict:
+    validate_bucket_size(bucket_size)
+    if (
+        not isinstance(max_delivery_count, int)
+        or isinstance(max_delivery_count, bool)
+        or max_delivery_count < 1
+    ):
+        raise ConfigError(f"max delivery count must be an integer >= 1, got {max_delivery_count!r}")
+    vt = _non_negative("visibility timeout", visibility_timeout)
+    if vt <= 0:
+        raise ConfigError("visibility timeout must be > 0 seconds")
+    rt = _non_negative("repair timeout", repair_timeout)
+    if dead_letter_queue is not None:
+        validate_queue_name(dead_letter_queue, "dead-letter queue name")
+        if dead_letter_queue == name:
+            raise ConfigError("a queue cannot be its own dead-letter queue")
+    if message_ttl is not None and (not isinstance(message_ttl, int) or message_ttl <= 0):
+        raise ConfigError(f"message TTL must be a positive number of seconds, got {message_ttl!r}")
+    if not isinstance(max_payload_bytes, int) or not 1 <= max_payload_bytes <= MAX_PAYLOAD_LIMIT:
+        raise ConfigError(
+            f"max payload bytes must be from 1 to {MAX_PAYLOAD_LIMIT}, got {max_payload_bytes!r}"
+        )
+    return {
+        "bucket_size": bucket_size,
+        "max_delivery_count": max_delivery_count,
+        "visibility_timeout": vt,
+        "repair_timeout": rt,
+        "dead_letter_queue": dead_letter_queue,
+        "message_ttl": message_ttl,
+        "max_payload_bytes": max_payload_bytes,
+    }
+
+
+_SELECT = (
+    "SELECT name, queue_id, bucket_size, max_delivery_count, visibility_timeout, repair_timeout, "
+    "dead_letter_queue, message_ttl, max_payload_bytes, created_at FROM {ks}.queues"
+)
+
+
+def _row_to_info(row) -> QueueInfo:
+    return QueueInfo(
+        name=row.name,
+        queue_id=row.queue_id,
+        bucket_size=row.bucket_size,
+        max_delivery_count=row.max_delivery_count,
+        visibility_timeout=row.visibility_timeout,
+        repair_timeout=row.repair_timeout,
+        dead_letter_queue=row.dead_letter_queue,
+        message_ttl=row.message_ttl,
+        max_payload_bytes=row.max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES,
+        created_at=row.created_at,
+    )
+
+
+def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
+    validate_queue_name(name)
+    s = validate_settings(name=name, **settings)
+    qid = uuid.uuid4()
+    res = conn.execute(
+        "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
+        "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+        (
+            name,
+            qid,
+            s["bucket_size"],
+            s["max_delivery_count"],
+            s["visibility_timeout"],
+            s["repair_timeout"],
+            s["dead_letter_queue"],
+            s["message_ttl"],
+            s["max_payload_bytes"],
+        ),
+    )
+    if not res.was_applied:
+        if exist_ok:
+            return get_queue(conn, name)
+        raise QueueExistsError(
+            f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
+        )
+    # The counter row and pointers start at zero; monoton.next starts at 0.
+    conn.execute(
+        "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, ?)",
+        (qid, int(time.time())),
+    )
+    conn.execute("UPDATE {ks}.monoton SET next = 0 WHERE queue_id = ?", (qid,))
+    log.info("created queue %s (%s)", name, qid)
+    return get_queue(conn, name)
+
+
+def get_queue(conn: Connection, name: str) -> QueueInfo:
+    validate_queue_name(name)
+    row = conn.execute(_SELECT + " WHERE name = ?", (name,)).one()
+    if row is None or row.queue_id is None:
+        raise QueueNotFoundError(
+            f"queue {name!r} does not exist; create it first (cassieq create-queue {name})"
+        )
+    return _row_to_info(row)
+
+
+def list_queues(conn: Connection) -> list[QueueInfo]:
+    return sorted(
+        (_row_to_info(r) for r in conn.execute(_SELECT) if r.queue_id), key=lambda q: q.name
+    )
+
+
+def delete_queue(conn: Connection, name: str) -> QueueInfo:
+    """Remove the queue. Its message partitions are dropped whole; a new queue of the same
+    name gets a new incarnation id and so never sees them."""
+    info = get_queue(conn, name)
+    res = conn.execute(
+        "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?", (name, info.queue_id)
+    )
+    if not res.was_applied:
+        raise QueueNotFoundError(f"queue {name!r} was deleted or re-created concurrently")
+    row = conn.execute(
+        "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (info.queue_id,)
+    ).one()
+    ptr = conn.execute(
+        "SELECT repair FROM {ks}.pointers WHERE queue_id = ?", (info.queue_id,)
+    ).one()
+    next_id = (row.next or 0) if row else 0
+    first_bucket = (ptr.repair or 0) if ptr else 0
+    futures = []
+    for bucket, _, _ in split_by_bucket(first_bucket * info.bucket_size, next_id, info.bucket_size):
+        futures.append(
+            conn.execute_async(
+                "DELETE FROM {ks}.messages WHERE queue_id = ? AND bucket = ?",
+                (info.queue_id, bucket),
+            )
+        )
+    for stmt in (
+        "DELETE FROM {ks}.monoton WHERE queue_id = ?",
+        "DELETE FROM {ks}.pointers WHERE queue_id = ?",
+        "DELETE FROM {ks}.skipped WHERE queue_id = ?",
+        "DELETE FROM {ks}.timer_slots WHERE queue_id = ?",
+    ):
+        futures.append(conn.execute_async(stmt, (info.queue_id,)))
+    for f in futures:
+        f.result()
+    log.info("deleted queue %s (%s)", name, info.queue_id)
+    return info

@@ -1,0 +1,176 @@
+"""The CQL schema and its bootstrap/migration.
+
+Design notes (why the tables look like this):
+
+* Every per-queue table is keyed by the queue *incarnation* (``queue_id``), not the name, so a
+  deleted and re-created queue never sees the old messages.
+* ``monoton`` holds the id counter as a static column and the open id reservations as rows of
+  the same partition. A conditional batch on that one partition moves the counter *and* records
+  the reservation atomically, so anyone who sees the counter also sees every reservation below
+  it: readers can tell which ids may still be in flight.
+* ``messages`` is bucketed: one partition per ``id // bucket_size``. Nothing on the hot path
+  deletes single rows; whole partitions leave when repair reclaims them.
+* Non-frozen collections are avoided: an INSERT of one writes a tombstone first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cassandra.cluster import Session
+
+from ..errors import SchemaNotBootstrappedError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+# Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS queues (
+            name text PRIMARY KEY,
+            queue_id uuid,
+            bucket_size int,
+            max_delivery_count int,
+            visibility_timeout double,
+            repair_timeout double,
+            dead_letter_queue text,
+            message_ttl int,
+            max_payload_bytes int,
+            created_at timestamp)""",
+        """CREATE TABLE IF NOT EXISTS monoton (
+            queue_id uuid,
+            lo bigint,
+            next bigint static,
+            hi bigint,
+            created_at timestamp,
+            closed boolean,
+            released boolean,
+            owner text,
+            PRIMARY KEY (queue_id, lo))
+            WITH gc_grace_seconds = 3600""",
+        """CREATE TABLE IF NOT EXISTS reservation_keys (
+            queue_id uuid,
+            key text,
+            lo bigint,
+            hi bigint,
+            PRIMARY KEY ((queue_id, key)))
+            WITH default_time_to_live = 1209600""",
+        """CREATE TABLE IF NOT EXISTS messages (
+            queue_id uuid,
+            bucket bigint,
+            id bigint,
+            payload blob,
+            headers frozen<map<text, text>>,
+            enqueued_at timestamp,
+            visible_at timestamp,
+            version int,
+            deliveries int,
+            invisible_until timestamp,
+            acked boolean,
+            dead boolean,
+            PRIMARY KEY ((queue_id, bucket), id))""",
+        """CREATE TABLE IF NOT EXISTS pointers (
+            queue_id uuid PRIMARY KEY,
+            reader bigint,
+            repair bigint,
+            timer_slot bigint,
+            lease_owner text,
+            lease_until timestamp)""",
+        """CREATE TABLE IF NOT EXISTS timers (
+            queue_id uuid,
+            slot bigint,
+            id bigint,
+            PRIMARY KEY ((queue_id, slot), id))
+            WITH default_time_to_live = 1209600""",
+        """CREATE TABLE IF NOT EXISTS timer_slots (
+            queue_id uuid,
+            slot bigint,
+            PRIMARY KEY (queue_id, slot))
+            WITH default_time_to_live = 1209600""",
+        """CREATE TABLE IF NOT EXISTS skipped (
+            queue_id uuid,
+            lo bigint,
+            hi bigint,
+            skipped_at timestamp,
+            done boolean,
+            republished int,
+            lost int,
+            PRIMARY KEY (queue_id, lo))""",
+        """CREATE TABLE IF NOT EXISTS counters (
+            queue_id uuid PRIMARY KEY,
+            enqueued counter,
+            acked counter,
+            dead_lettered counter,
+            dropped counter,
+            republished counter,
+            lost counter)""",
+        """CREATE TABLE IF NOT EXISTS schema_version (
+            component text PRIMARY KEY,
+            version int,
+            applied_at timestamp)""",
+    ],
+}
+
+
+def create_keyspace(session: Session, keyspace: str, replication_factor: int = 1) -> None:
+    if not isinstance(replication_factor, int) or replication_factor < 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"replication factor must be a positive integer, got {replication_factor!r}"
+        )
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+    )
+
+
+def current_version(session: Session, keyspace: str) -> int:
+    """The recorded schema version, or 0 when the tables are not there."""
+    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    if ks is None or "schema_version" not in ks.tables:
+        return 0
+    row = session.execute(
+        f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
+    ).one()
+    return row.version if row else 0
+
+
+def bootstrap(session: Session, keyspace: str) -> int:
+    """Apply every migration newer than the recorded version. Idempotent. Returns the version."""
+    if session.cluster.metadata.keyspaces.get(keyspace) is None:
+        session.cluster.refresh_schema_metadata()
+    if session.cluster.metadata.keyspaces.get(keyspace) is None:
+        raise SchemaNotBootstrappedError(
+            f"keyspace {keyspace!r} does not exist; create it first, or bootstrap with "
+            "create_keyspace=True (`cassieq bootstrap --create-keyspace`)"
+        )
+    have = current_version(session, keyspace)
+    for version in sorted(MIGRATIONS):
+        if version <= have:
+            continue
+        for statement in MIGRATIONS[version]:
+            session.execute(
+                statement.replace(
+                    "CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE IF NOT EXISTS {keyspace}."
+                ),
+                timeout=60,
+            )
+        session.execute(
+            f"INSERT INTO {keyspace}.schema_version (component, version, applied_at) "
+            "VALUES ('cassieq', %s, toTimestamp(now()))",
+            (version,),
+        )
+        log.info("schema of keyspace %s migrated to version %d", keyspace, version)
+    session.cluster.control_connection.wait_for_schema_agreement()
+    return max(have, SCHEMA_VERSION)
+
+
+def require_schema(session: Session, keyspace: str) -> None:
+    if current_version(session, keyspace) < SCHEMA_VERSION:
+        raise SchemaNotBootstrappedError(
+            f"the cassieq schema is not bootstrapped in keyspace {keyspace!r}; run "
+            "`cassieq bootstrap` (or QueueClient.bootstrap()) first"
+        )

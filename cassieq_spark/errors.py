@@ -1,0 +1,49 @@
+"""One exception type per failure a user can act on.
+
+Every message says what went wrong *and* what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class CassieQError(Exception):
+    """Base class of every error raised by cassieq-spark."""
+
+
+class ConfigError(CassieQError, ValueError):
+    """An option, argument or column is missing or has a value that is not allowed."""
+
+
+class SchemaNotBootstrappedError(CassieQError):
+    """The keyspace or the cassieq tables do not exist yet."""
+
+
+class QueueNotFoundError(CassieQError, KeyError):
+    """The named queue does not exist."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "queue not found"
+
+
+class QueueExistsError(CassieQError):
+    """create_queue was asked for a name that is taken (pass exist_ok=True to reuse it)."""
+
+
+class PayloadTooLargeError(ConfigError):
+    """A payload is larger than the queue's maximum message size."""
+
+
+class StaleReceiptError(CassieQError):
+    """A pop receipt no longer owns its message (it was acked, or redelivered to someone else)."""
+
+
+class QueueBusyError(CassieQError):
+    """Another consumer holds the queue's streaming lease."""
+
+
+class ConnectionFailedError(CassieQError):
+    """The Cassandra cluster could not be reached or refused the credentials."""
+
+
+class ContentionError(CassieQError):
+    """A lightweight transaction lost too many races in a row; retry later."""
