@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from types import TracebackType
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -238,8 +239,8 @@ def port_open(address: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def query_release_version(address: str, port: int, timeout: float = 5.0) -> str | None:
-    """``release_version`` from the node at address:port through CQL, or None if it does not answer."""
+def query_node(address: str, port: int, cql: str, timeout: float = 5.0) -> list[Any] | None:
+    """Rows of ``cql`` run on the node at address:port itself, or None if it does not answer."""
     if not port_open(address, port):
         return None
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
@@ -257,14 +258,24 @@ def query_release_version(address: str, port: int, timeout: float = 5.0) -> str 
         control_connection_timeout=timeout,
     )
     try:
-        session = cluster.connect()
-        row = session.execute("SELECT release_version FROM system.local").one()
-        return row.release_version if row else None
-    except Exception as exc:  # any failure means "not answering yet"
-        log.debug("%s:%s does not answer CQL yet: %s", address, port, exc)
+        return list(cluster.connect().execute(cql))
+    except Exception as exc:  # any failure means "not answering (yet)"
+        log.debug("%s:%s does not answer CQL: %s", address, port, exc)
         return None
     finally:
         cluster.shutdown()
+
+
+def query_release_version(address: str, port: int, timeout: float = 5.0) -> str | None:
+    """``release_version`` of the node at address:port through CQL, or None if it does not answer."""
+    rows = query_node(address, port, "SELECT release_version FROM system.local", timeout)
+    return rows[0].release_version if rows else None
+
+
+def query_peers(address: str, port: int, timeout: float = 5.0) -> set[str] | None:
+    """Addresses in the ``system.peers`` table of the node at address:port, or None."""
+    rows = query_node(address, port, "SELECT peer FROM system.peers", timeout)
+    return None if rows is None else {str(row.peer) for row in rows}
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -426,6 +437,8 @@ class LocalCassandra:
             self.stop_node(index)
             raise
         self._started_here.append(index)
+        if self.nodes > 1:
+            self.wait_ring(started + self.startup_timeout)
         seconds = time.monotonic() - started
         ready = NodeReady(
             index, node.address, node.port, proc.pid, seconds, read_rss_bytes(proc.pid), False
@@ -446,6 +459,23 @@ class LocalCassandra:
                 raise CassandraError(
                     _failure(node, f"no CQL answer within {self.startup_timeout:.0f} s")
                 )
+            time.sleep(0.5)
+
+    def wait_ring(self, deadline: float) -> None:
+        """Wait until every running node lists every other running node in system.peers."""
+        while True:
+            running = {
+                self.node(i).address for i in range(1, self.nodes + 1) if self.is_node_running(i)
+            }
+            missing = {}
+            for address in sorted(running):
+                peers = query_peers(address, self._port)
+                if peers is None or not running - {address} <= peers:
+                    missing[address] = running - {address} - (peers or set())
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise CassandraError(f"ring did not converge; peers missing per node: {missing}")
             time.sleep(0.5)
 
     def stop_node(self, index: int, timeout: float = STOP_TIMEOUT) -> bool:

@@ -1,0 +1,151 @@
+"""A real 3-node cluster on 127.0.0.1-3 survives the graceful loss of one node at QUORUM.
+
+The cluster uses its own ports (CQL 19042, storage 17000) and directory (.cassandra/cluster), so it
+runs beside the single development node on 127.0.0.1:9042/7000.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pytest
+from cassandra import ConsistencyLevel, Unavailable
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import RoundRobinPolicy, WhiteListRoundRobinPolicy
+from cassandra.query import SimpleStatement
+
+from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+CLUSTER_PORT = 19042
+CLUSTER_STORAGE_PORT = 17000
+NODES = 3
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[LocalCassandra]:
+    cluster = LocalCassandra(
+        nodes=NODES,
+        port=CLUSTER_PORT,
+        storage_port=CLUSTER_STORAGE_PORT,
+        heap="384M",
+        base_dir=STATE_DIR / "cluster",
+    )
+    if not any(cluster.is_node_running(i) for i in range(1, NODES + 1)):
+        cluster.wipe()  # a fresh ring every time nobody is using it
+    with cluster:  # stops only the nodes this test started
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def driver(local_cluster: LocalCassandra) -> Iterator[Cluster]:
+    profile = ExecutionProfile(
+        load_balancing_policy=RoundRobinPolicy(),
+        consistency_level=ConsistencyLevel.QUORUM,
+        request_timeout=20,
+    )
+    cluster = Cluster(
+        local_cluster.contact_points,
+        port=local_cluster.port,
+        protocol_version=5,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 1.0) -> T:
+    """Call ``check`` until it returns a truthy value without raising; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+            last: object = result
+        except Exception as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still failing after {timeout:.0f} s: {last!r}")
+        time.sleep(interval)
+
+
+def hosts_up(driver: Cluster) -> dict[str, bool]:
+    return {h.address: bool(h.is_up) for h in driver.metadata.all_hosts()}
+
+
+def read_all(session: Session, table: str, cl: int) -> dict[int, str]:
+    stmt = SimpleStatement(f"SELECT id, body FROM {table}", consistency_level=cl)
+    return {row.id: row.body for row in session.execute(stmt)}
+
+
+def test_quorum_survives_one_node_down_and_the_node_rejoins(
+    local_cluster: LocalCassandra, driver: Cluster
+) -> None:
+    session = driver.connect()
+    peers = {row.peer for row in session.execute("SELECT peer FROM system.peers")}
+    assert len(peers) == NODES - 1, peers
+    eventually(lambda: all(hosts_up(driver).values()) and len(hosts_up(driver)) == NODES)
+
+    keyspace = f"cluster_{uuid.uuid4().hex[:12]}"
+    session.execute(
+        f"CREATE KEYSPACE {keyspace} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+    )
+    table = f"{keyspace}.messages"
+    session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, body text)")
+    insert = session.prepare(f"INSERT INTO {table} (id, body) VALUES (?, ?)")
+    insert.consistency_level = ConsistencyLevel.QUORUM
+
+    expected = {i: f"before-{i}" for i in range(20)}
+    for key, body in expected.items():
+        session.execute(insert, (key, body))
+    assert read_all(session, table, ConsistencyLevel.QUORUM) == expected
+    assert read_all(session, table, ConsistencyLevel.ALL) == expected
+
+    # Graceful stop of node 3: QUORUM (2 of 3) keeps working, ALL cannot.
+    assert local_cluster.stop_node(3)
+    assert not local_cluster.is_node_running(3)
+    eventually(lambda: hosts_up(driver).get("127.0.0.3") is False)
+    for i in range(20, 40):
+        expected[i] = f"during-{i}"
+        session.execute(insert, (i, expected[i]))
+    assert read_all(session, table, ConsistencyLevel.QUORUM) == expected
+    with pytest.raises(Unavailable):
+        read_all(session, table, ConsistencyLevel.ALL)
+
+    # Node 3 comes back with its old data and token, and the ring is whole again.
+    ready = local_cluster.start_node(3)
+    assert not ready.already_running
+    assert local_cluster.is_running()
+    eventually(lambda: all(hosts_up(driver).values()) and len(hosts_up(driver)) == NODES)
+    assert eventually(lambda: read_all(session, table, ConsistencyLevel.ALL)) == expected
+
+    # The rejoined node serves reads itself, through its own coordinator.
+    only_node3 = ExecutionProfile(
+        load_balancing_policy=WhiteListRoundRobinPolicy(["127.0.0.3"]),
+        consistency_level=ConsistencyLevel.ONE,
+    )
+    node3 = Cluster(
+        ["127.0.0.3"],
+        port=local_cluster.port,
+        protocol_version=5,
+        execution_profiles={EXEC_PROFILE_DEFAULT: only_node3},
+    )
+    try:
+        local = node3.connect()
+        me = local.execute("SELECT broadcast_address FROM system.local").one()
+        assert me.broadcast_address == "127.0.0.3"
+        peers3 = {row.peer for row in local.execute("SELECT peer FROM system.peers")}
+        assert peers3 == {"127.0.0.1", "127.0.0.2"}
+        assert read_all(local, table, ConsistencyLevel.ALL) == expected
+    finally:
+        node3.shutdown()
+    session.execute(f"DROP KEYSPACE {keyspace}")
