@@ -1,0 +1,217 @@
+"""The ``cassieq`` command: a thin shell over :class:`cassieq_spark.QueueClient`.
+
+Machine-readable output (JSON) for everything a script reads; errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from .client import QueueClient
+from .config import connection_from_options, env_defaults
+from .errors import CassieQError, QueueNotFoundError, StaleReceiptError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse's own status for bad arguments
+EXIT_EMPTY = 3  # `get` found no visible message
+EXIT_NOT_FOUND = 4  # the queue does not exist
+EXIT_STALE = 5  # `ack`/`change-visibility` with a receipt that no longer owns its message
+
+EPILOG = f"""\
+exit statuses:
+  {EXIT_OK}  success
+  {EXIT_ERROR}  error (connection, schema not bootstrapped, bad value, ...); one line on stderr
+  {EXIT_USAGE}  bad command line
+  {EXIT_EMPTY}  get: the queue has no visible message (nothing is printed on stdout)
+  {EXIT_NOT_FOUND}  the queue does not exist
+  {EXIT_STALE}  ack/change-visibility: the receipt is stale (acked or redelivered since)
+
+connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
+CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD, CASSIEQ_SSL, CASSIEQ_CONSISTENCY.
+"""
+
+
+class _Exit(Exception):
+    """A non-error outcome that still ends with a non-zero status (empty queue, stale receipt)."""
+
+    def __init__(self, status: int, message: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _dump(obj: object) -> None:
+    print(json.dumps(obj, default=str, sort_keys=True))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cassieq",
+        description="A durable message queue stored in Apache Cassandra.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("connection")
+    g.add_argument("--contact-points", help="comma-separated hosts (default 127.0.0.1)")
+    g.add_argument("--port", help="CQL port (default 9042)")
+    g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
+    g.add_argument("--local-dc", help="the client's local data center")
+    g.add_argument("--username")
+    g.add_argument("--password", help="better given as CASSIEQ_PASSWORD (not visible in ps)")
+    p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    s = sub.add_parser("bootstrap", help="create or migrate the schema (idempotent)")
+    s.add_argument("--create-keyspace", action="store_true")
+    s.add_argument("--replication-factor", type=int, default=1, metavar="N")
+
+    s = sub.add_parser("create-queue", help="create a queue")
+    s.add_argument("name")
+    s.add_argument("--bucket-size", type=int, default=None, metavar="N")
+    s.add_argument("--max-delivery-count", type=int, default=5, metavar="N")
+    s.add_argument("--visibility-timeout", type=float, default=30.0, metavar="S")
+    s.add_argument("--repair-timeout", type=float, default=15.0, metavar="S")
+    s.add_argument("--dead-letter-queue", default=None, metavar="Q")
+    s.add_argument("--message-ttl", type=int, default=None, metavar="S")
+    s.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+
+    sub.add_parser("list-queues", help="the queues and their settings (JSON)")
+
+    s = sub.add_parser("delete-queue", help="delete a queue and its messages")
+    s.add_argument("name")
+
+    s = sub.add_parser("put", help="enqueue MESSAGE (use - to read it from stdin); prints the id")
+    s.add_argument("queue")
+    s.add_argument("message")
+    s.add_argument("--delay", type=float, default=0.0, metavar="S")
+
+    s = sub.add_parser("get", help=f"receive one message (JSON); exit {EXIT_EMPTY} when empty")
+    s.add_argument("queue")
+    s.add_argument("--visibility-timeout", type=float, default=None, metavar="S")
+
+    s = sub.add_parser("ack", help="acknowledge a received message")
+    s.add_argument("queue")
+    s.add_argument("receipt")
+
+    s = sub.add_parser("change-visibility", help="hide a message longer (0 releases it)")
+    s.add_argument("queue")
+    s.add_argument("receipt")
+    s.add_argument("seconds", type=float)
+
+    s = sub.add_parser("peek", help="messages a get could return now, without side effects")
+    s.add_argument("queue")
+    s.add_argument("--limit", type=int, default=10, metavar="N")
+
+    s = sub.add_parser("stats", help="counters and current state of a queue (JSON)")
+    s.add_argument("queue")
+
+    s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
+    s.add_argument("queue")
+    s.add_argument("--dry-run", action="store_true")
+    return p
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    opts = env_defaults()
+    for flag, name in (
+        ("contact_points", "contactPoints"),
+        ("port", "port"),
+        ("keyspace", "keyspace"),
+        ("local_dc", "localDc"),
+        ("username", "username"),
+        ("password", "password"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def _run(args: argparse.Namespace, client: QueueClient) -> int:
+    cmd = args.command
+    if cmd == "bootstrap":
+        version = client.bootstrap(args.create_keyspace, args.replication_factor)
+        _dump({"keyspace": client.config.keyspace, "schema_version": version})
+    elif cmd == "create-queue":
+        kw = {} if args.bucket_size is None else {"bucket_size": args.bucket_size}
+        info = client.create_queue(
+            args.name,
+            max_delivery_count=args.max_delivery_count,
+            visibility_timeout=args.visibility_timeout,
+            repair_timeout=args.repair_timeout,
+            dead_letter_queue=args.dead_letter_queue,
+            message_ttl=args.message_ttl,
+            exist_ok=args.exist_ok,
+            **kw,
+        )
+        _dump(info.as_dict())
+    elif cmd == "list-queues":
+        _dump([q.as_dict() for q in client.list_queues()])
+    elif cmd == "delete-queue":
+        client.delete_queue(args.name)
+    elif cmd == "put":
+        payload = sys.stdin.buffer.read() if args.message == "-" else args.message
+        print(client.put(args.queue, payload, delay=args.delay))
+    elif cmd == "get":
+        msg = client.get(args.queue, visibility_timeout=args.visibility_timeout)
+        if msg is None:
+            raise _Exit(EXIT_EMPTY)
+        _dump(msg.as_dict())
+    elif cmd == "ack":
+        if not client.ack(args.queue, args.receipt):
+            raise _Exit(EXIT_STALE, "receipt is stale: the message was acked or redelivered since")
+    elif cmd == "change-visibility":
+        print(client.change_visibility(args.queue, args.receipt, args.seconds))
+    elif cmd == "peek":
+        _dump([m.as_dict() for m in client.peek(args.queue, args.limit)])
+    elif cmd == "stats":
+        _dump(client.stats(args.queue))
+    elif cmd == "repair":
+        _dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.debug:
+        # The driver logs connection trouble as warnings; our one-line error says it better.
+        logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
+    try:
+        config = connection_from_options(_options(args))
+        with QueueClient(config) as client:
+            status = _run(args, client)
+        sys.stdout.flush()
+        return status
+    except _Exit as e:
+        if e.message:
+            print(f"cassieq: {e.message}", file=sys.stderr)
+        return e.status
+    except BrokenPipeError:
+        return EXIT_ERROR
+    except Exception as exc:
+        if args.debug:
+            raise
+        status = EXIT_ERROR
+        if isinstance(exc, QueueNotFoundError):
+            status = EXIT_NOT_FOUND
+        elif isinstance(exc, StaleReceiptError):
+            status = EXIT_STALE
+        what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"cassieq: error: {what}{text}", file=sys.stderr)
+        return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
