@@ -4,33 +4,42 @@ Readers never pass an id whose reservation is open and younger than the repair t
 writer dies holding a reservation, readers pass it after that timeout and record it in
 ``skipped``. Repair waits the repair timeout once more (a slow writer may still land), then:
 
-* republishes every message that did land there, each under a reservation keyed by its
+* republishes every message that did land there and that nothing else will deliver (rows with a
+  delay or already delivered belong to the timers), each under a reservation keyed by its
   original id, so two repairs at once, or a repair killed and rerun, republish it exactly once;
 * counts the ids that never arrived as lost;
 * marks the range done (a compare-and-set: only one repair counts it).
 
 Buckets that lie wholly below the reader pointer, whose messages are all finished (acked, dead,
 consumed by a streaming query, or handed to repair and repaired), are dropped as whole
-partitions and the repair pointer moves over them, so storage and scans do not grow with history.
+partitions and the repair pointer moves over the contiguous prefix of them, so storage and
+scans do not grow with history.
+
+The steps are separate functions so that the Spark job (``cassieq_spark.spark.repair_job``) can
+run range repairs and bucket checks as parallel tasks; :func:`repair_queue` runs them here.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-from . import pointers
+from . import monoton, pointers
 from .buckets import bucket_end, bucket_start
 from .clock import to_epoch
 from .consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from .counters import Counters
-from .messages import read_range
-from .producer import enqueue
+from .messages import read_range, write_messages
 from .queues import QueueInfo
 from .session import Connection
 
 log = logging.getLogger(__name__)
+
+# How many times one message may move on to a new republish block because the block its key
+# named was already repaired without it (needs a repair killed at the worst moment, repeatedly).
+MAX_REPUBLISH_HOPS = 8
 
 
 @dataclass
@@ -43,8 +52,10 @@ class RepairReport:
     buckets_reclaimed: int = 0
     repair_pointer: int = 0
     reader_pointer: int = 0
+    ranges_repaired: int = 0
     pending_ranges: int = 0
     dry_run: bool = False
+    seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -56,58 +67,165 @@ class SkippedRange:
     hi: int
     skipped_at: float
     done: bool
+    # The stored timestamp as read, for the compare-and-set that marks the range done.
+    stamp: dt.datetime | None = field(default=None, compare=False)
 
 
 def skipped_ranges(conn: Connection, queue: QueueInfo) -> list[SkippedRange]:
     rows = conn.execute(
         "SELECT lo, hi, skipped_at, done FROM {ks}.skipped WHERE queue_id = ?", (queue.queue_id,)
     )
-    return [SkippedRange(r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done)) for r in rows]
+    return [
+        SkippedRange(r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done), r.skipped_at) for r in rows
+    ]
+
+
+def _block_age(conn: Connection, queue: QueueInfo, lo: int, now: float) -> float | None:
+    row = conn.execute(
+        "SELECT created_at, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        (queue.queue_id, lo),
+    ).one()
+    if row is None or row.created_at is None:
+        return None
+    return now - to_epoch(row.created_at)
+
+
+def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
+    """May we still write into an open block that readers may already have passed?
+
+    Yes if we can (re)start its repair clock: record it as skipped now, or push back the
+    ``skipped_at`` of a range not repaired yet. Its repair then waits the repair timeout
+    again and republishes what we write (readers never deliver rows of a skipped range).
+    No if its range is already repaired: what lands there now would never be delivered.
+    """
+    ins = conn.execute(
+        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
+        "IF NOT EXISTS",
+        (queue.queue_id, res.lo, res.hi),
+    )
+    if ins.was_applied:
+        return True
+    upd = conn.execute(
+        "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
+        "IF done = null",
+        (queue.queue_id, res.lo),
+    )
+    return bool(upd.was_applied)
+
+
+def republish(conn: Connection, queue: QueueInfo, row, repair_timeout: float) -> int | None:
+    """Enqueue a copy of ``row`` exactly once; returns the id it got (None: already done).
+
+    The copy's block is keyed by the original id, so a second repair, or a rerun after a
+    crash, finds the same block: closed means done; open and young means a writer (maybe
+    us, earlier) is on it and rewriting the same row is harmless; open and old means the
+    writer died and readers may have passed the block, see :func:`_claim_stale_block`.
+    """
+    headers = dict(row.headers or {})
+    if headers.get(HEADER_ORIGIN_QUEUE) != queue.name or HEADER_ORIGIN_ID not in headers:
+        # A copy of a copy (its republish block was abandoned too) keeps the first origin;
+        # a dead-lettered message's origin names another queue and is replaced.
+        headers[HEADER_ORIGIN_QUEUE] = queue.name
+        headers[HEADER_ORIGIN_ID] = str(row.id)
+    key = f"repair:{row.id}"
+    for _hop in range(MAX_REPUBLISH_HOPS):
+        res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
+        if res.closed:
+            return None
+        age = _block_age(conn, queue, res.lo, time.time())
+        fresh = age is not None and age < repair_timeout / 2
+        if fresh or _claim_stale_block(conn, queue, res):
+            write_messages(conn, queue, res.lo, [row.payload or b""], [headers])
+            monoton.close(conn, queue, res).result()
+            return res.lo
+        # The block was repaired already. If our copy had landed there, that repair
+        # republished it; if not, it is in no block yet: move on to a block of its own.
+        copy = conn.execute(
+            "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+            (queue.queue_id, res.lo // queue.bucket_size, res.lo),
+        ).one()
+        if copy is not None:
+            return None
+        log.warning(
+            "queue %s: republish block %d of message %d was repaired before it was written; "
+            "using a new block",
+            queue.name,
+            res.lo,
+            row.id,
+        )
+        key = f"repair:{row.id}@{res.lo}"
+    raise RuntimeError(
+        f"queue {queue.name}: could not republish message {row.id} after "
+        f"{MAX_REPUBLISH_HOPS} attempts; run repair again"
+    )
 
 
 def repair_range(
-    conn: Connection, counters: Counters, queue: QueueInfo, rng: SkippedRange, dry_run: bool = False
+    conn: Connection,
+    counters: Counters,
+    queue: QueueInfo,
+    rng: SkippedRange,
+    dry_run: bool = False,
+    *,
+    repair_timeout: float | None = None,
 ) -> tuple[int, int]:
-    """Republish what landed in one skipped range. Returns (republished, lost ids)."""
-    present = [
-        r
-        for r in read_range(
-            conn, queue, rng.lo, rng.hi, "id, payload, headers, acked, dead, version"
+    """Republish what landed in one skipped range and mark it done.
+
+    Returns (republished, lost ids) as counted by this call; (0, 0) when another repair
+    counted the range first, or when a republisher pushed its repair back (see
+    :func:`_claim_stale_block`): the range is then repaired again on a later pass.
+    """
+    timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
+    rows = list(
+        read_range(
+            conn, queue, rng.lo, rng.hi, "id, payload, headers, visible_at, version, acked, dead"
         )
-        if not r.dead and not r.acked
-    ]
-    seen = {r.id for r in read_range(conn, queue, rng.lo, rng.hi, "id")}
-    lost = (rng.hi - rng.lo) - len(seen)
-    if dry_run:
-        return len(present), lost
-    for r in present:
-        headers = dict(r.headers or {})
-        headers[HEADER_ORIGIN_QUEUE] = queue.name
-        headers[HEADER_ORIGIN_ID] = str(r.id)
-        enqueue(conn, counters, queue, [r.payload or b""], [headers], key=f"repair:{r.id}")
-    res = conn.execute(
-        "UPDATE {ks}.skipped SET done = true, republished = ?, lost = ? WHERE queue_id = ? AND lo = ? IF done = null",
-        (len(present), lost, queue.queue_id, rng.lo),
     )
-    if res.was_applied:
-        counters.add(queue, "republished", len(present))
-        counters.add(queue, "lost", lost)
-        if present or lost:
-            log.info(
-                "queue %s: range %d..%d repaired: %d republished, %d never written",
-                queue.name,
-                rng.lo,
-                rng.hi,
-                len(present),
-                lost,
-            )
-    return len(present), lost
+    lost = (rng.hi - rng.lo) - len(rows)
+    # Rows with a delay, or already delivered, have timers: those deliver them, not repair.
+    todo = [
+        r for r in rows if not r.acked and not r.dead and r.version is None and r.visible_at is None
+    ]
+    if dry_run:
+        return len(todo), lost
+    for r in todo:
+        republish(conn, queue, r, timeout)
+    if rng.stamp is not None:
+        res = conn.execute(
+            "UPDATE {ks}.skipped SET done = true, republished = ?, lost = ? "
+            "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
+            (len(todo), lost, queue.queue_id, rng.lo, rng.stamp),
+        )
+    else:
+        res = conn.execute(
+            "UPDATE {ks}.skipped SET done = true, republished = ?, lost = ? "
+            "WHERE queue_id = ? AND lo = ? IF done = null",
+            (len(todo), lost, queue.queue_id, rng.lo),
+        )
+    if not res.was_applied:
+        return 0, 0
+    counters.add(queue, "republished", len(todo))
+    counters.add(queue, "lost", lost)
+    if todo or lost:
+        log.info(
+            "queue %s: range %d..%d repaired: %d republished, %d never written",
+            queue.name,
+            rng.lo,
+            rng.hi,
+            len(todo),
+            lost,
+        )
+    return len(todo), lost
 
 
 def bucket_finished(
     conn: Connection, queue: QueueInfo, bucket: int, reader: int, ranges: list[SkippedRange]
 ) -> bool:
-    """May ``bucket`` be dropped? Only when nothing in it still needs a reader or repair."""
+    """May ``bucket`` be dropped? Only when nothing in it still needs a reader or repair.
+
+    ``ranges`` must have been read *after* ``reader``: readers record a skipped range before
+    they move the pointer past it, so every range below that pointer is then in the list.
+    """
     lo, hi = bucket_start(bucket, queue.bucket_size), bucket_end(bucket, queue.bucket_size)
     if hi > reader:
         return False
@@ -128,8 +246,65 @@ def reclaim_bucket(conn: Connection, queue: QueueInfo, bucket: int) -> None:
     )
 
 
+def reclaim_buckets(conn: Connection, queue: QueueInfo, first: int, end: int) -> None:
+    """Drop the partitions of buckets ``first..end-1`` (idempotent), a window at a time."""
+    futures = []
+    for bucket in range(first, end):
+        futures.append(
+            conn.execute_async(
+                "DELETE FROM {ks}.messages WHERE queue_id = ? AND bucket = ?",
+                (queue.queue_id, bucket),
+            )
+        )
+        if len(futures) >= 64:
+            futures.pop(0).result()
+    for f in futures:
+        f.result()
+
+
 def due_ranges(ranges: list[SkippedRange], timeout: float, now: float) -> list[SkippedRange]:
     return [r for r in ranges if not r.done and r.skipped_at + timeout <= now]
+
+
+def buckets_to_check(
+    queue: QueueInfo, ptrs: pointers.Pointers, max_buckets: int | None = None
+) -> range:
+    """The buckets between the repair pointer and the last bucket wholly behind the reader."""
+    last = ptrs.reader // queue.bucket_size
+    if max_buckets is not None:
+        last = min(last, ptrs.repair + max_buckets)
+    return range(ptrs.repair, max(ptrs.repair, last))
+
+
+def finished_prefix(start: int, checks: dict[int, bool]) -> int:
+    """The first bucket from ``start`` on that is not finished (or was not checked)."""
+    bucket = start
+    while checks.get(bucket):
+        bucket += 1
+    return bucket
+
+
+def finish_pass(
+    conn: Connection,
+    queue: QueueInfo,
+    ptrs: pointers.Pointers,
+    checks: dict[int, bool],
+    report: RepairReport,
+) -> None:
+    """Drop the contiguous prefix of finished buckets and move the repair pointer over it."""
+    report.buckets_scanned = len(checks)
+    report.reader_pointer = ptrs.reader
+    to = finished_prefix(ptrs.repair, checks)
+    report.buckets_reclaimed = to - ptrs.repair
+    if report.dry_run:
+        report.repair_pointer = ptrs.repair
+        return
+    if to > ptrs.repair:
+        # Drops first, pointer second: a crash in between leaves the pointer behind
+        # buckets already gone, and the next pass just drops them again.
+        reclaim_buckets(conn, queue, ptrs.repair, to)
+        pointers.advance(conn, queue, "repair", to)
+    report.repair_pointer = max(to, pointers.read(conn, queue).repair)
 
 
 def repair_queue(
@@ -143,32 +318,28 @@ def repair_queue(
     now: float | None = None,
 ) -> RepairReport:
     """One repair pass over one queue, in this process (the Spark job spreads the same steps)."""
+    started = time.monotonic()
     now = time.time() if now is None else now
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
     report = RepairReport(queue=queue.name, dry_run=dry_run)
+    # Pointers before ranges: see bucket_finished.
+    ptrs = pointers.read(conn, queue)
     ranges = skipped_ranges(conn, queue)
     for rng in due_ranges(ranges, timeout, now):
-        republished, lost = repair_range(conn, counters, queue, rng, dry_run)
+        republished, lost = repair_range(
+            conn, counters, queue, rng, dry_run, repair_timeout=timeout
+        )
         report.republished += republished
         report.lost_ids += lost
         report.lost_reservations += 1 if lost else 0
+        report.ranges_repaired += 1
     ranges = skipped_ranges(conn, queue) if not dry_run else ranges
     report.pending_ranges = sum(1 for r in ranges if not r.done)
-    ptrs = pointers.read(conn, queue)
-    report.reader_pointer = ptrs.reader
-    bucket = ptrs.repair
-    last = ptrs.reader // queue.bucket_size  # buckets below this lie wholly behind the reader
-    reclaimable_to = bucket
-    while bucket < last and (max_buckets is None or report.buckets_scanned < max_buckets):
-        report.buckets_scanned += 1
-        if not bucket_finished(conn, queue, bucket, ptrs.reader, ranges):
-            break
-        if not dry_run:
-            reclaim_bucket(conn, queue, bucket)
-        report.buckets_reclaimed += 1
-        bucket += 1
-        reclaimable_to = bucket
-    if not dry_run and reclaimable_to > ptrs.repair:
-        pointers.advance(conn, queue, "repair", reclaimable_to)
-    report.repair_pointer = reclaimable_to if not dry_run else ptrs.repair
+    checks: dict[int, bool] = {}
+    for bucket in buckets_to_check(queue, ptrs, max_buckets):
+        checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges)
+        if not checks[bucket]:
+            break  # in this process, stop at the first bucket that holds the pointer back
+    finish_pass(conn, queue, ptrs, checks, report)
+    report.seconds = round(time.monotonic() - started, 3)
     return report
