@@ -38,3 +38,13 @@ __all__ = [
     "SchemaNotBootstrappedError",
     "StaleReceiptError",
 ]
+
+
+def __getattr__(name: str):
+    # The Spark data source needs pyspark; load it only when asked for, so the client and the
+    # CLI work without pyspark.
+    if name in ("CassieQDataSource", "register"):
+        from . import spark as _spark
+
+        return getattr(_spark, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,241 @@
+"""The one place where options of the cassieq sink and source are checked.
+
+Spark passes options as a case-insensitive dict of strings. Every option a role (sink or
+source) accepts is listed here; anything else fails with the name of the offending option and
+the list of allowed ones, so a typo like ``bucketsise`` never goes unnoticed.
+
+To add a source option, add it to ``SOURCE_OPTIONS`` (lower-cased key -> spelling shown to
+users) and read it with ``SourceOptions.int_option``/``float_option``/``str_option``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..config import CONNECTION_OPTIONS, ConnectionConfig, connection_from_options
+from ..config import validate_queue_name as _validate_queue_name
+from ..engine import monoton, queues, schema
+from ..engine.buckets import DEFAULT_BUCKET_SIZE
+from ..engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from ..engine.session import Connection
+from ..errors import ConfigError, QueueNotFoundError
+
+log = logging.getLogger(__name__)
+
+# lower-cased key -> the spelling used in docs and error messages
+COMMON_OPTIONS: dict[str, str] = {"queue": "queue", **CONNECTION_OPTIONS}
+
+# Settings of a queue that `createQueue=true` creates when it is missing.
+QUEUE_SETTING_OPTIONS: dict[str, str] = {
+    "createqueue": "createQueue",
+    "bucketsize": "bucketSize",
+    "maxdeliverycount": "maxDeliveryCount",
+    "visibilitytimeout": "visibilityTimeout",
+    "repairtimeout": "repairTimeout",
+    "deadletterqueue": "deadLetterQueue",
+    "messagettl": "messageTtl",
+    "maxpayloadbytes": "maxPayloadBytes",
+}
+
+SINK_OPTIONS: dict[str, str] = {
+    "idblocksize": "idBlockSize",
+    "writertype": "writerType",
+    # Spark adds these two to every sink's options.
+    "path": "path",
+    "checkpointlocation": "checkpointLocation",
+}
+
+SOURCE_OPTIONS: dict[str, str] = {
+    "maxmessagespertrigger": "maxMessagesPerTrigger",
+    "maxidsperpartition": "maxIdsPerPartition",
+    "minidsperpartition": "minIdsPerPartition",
+    "leasetimeout": "leaseTimeout",
+    "consumerid": "consumerId",
+}
+
+WRITER_TYPES = ("arrow", "rows")
+DEFAULT_WRITER_TYPE = "arrow"
+
+SECRET_OPTIONS = frozenset({"password"})
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items() if v is not None}
+
+
+def check_known(options: Mapping[str, str], allowed: Mapping[str, str], role: str) -> None:
+    """Fail on the first option that ``role`` does not accept, listing the ones it does."""
+    for key in sorted(_lower(options)):
+        if key not in allowed:
+            names = ", ".join(sorted(allowed.values(), key=str.lower))
+            raise ConfigError(f"unknown option {key!r} for the cassieq {role}; allowed: {names}")
+
+
+def redacted(options: Mapping[str, str]) -> dict[str, str]:
+    """Options safe to log: secrets replaced."""
+    return {k: ("*****" if str(k).lower() in SECRET_OPTIONS else v) for k, v in options.items()}
+
+
+def _int(o: dict[str, str], key: str, label: str, default: int | None, minimum: int | None):
+    if key not in o:
+        return default
+    raw = str(o[key]).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {label!r} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"option {label!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(o: dict[str, str], key: str, label: str, default: float | None, minimum: float | None):
+    if key not in o:
+        return default
+    raw = str(o[key]).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"option {label!r} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"option {label!r} must be a finite number, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"option {label!r} must be >= {minimum}, got {raw}")
+    return value
+
+
+def _bool(o: dict[str, str], key: str, label: str, default: bool) -> bool:
+    if key not in o:
+        return default
+    v = str(o[key]).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {label!r} must be true or false, got {o[key]!r}")
+
+
+@dataclass(frozen=True)
+class CommonOptions:
+    """What sink and source share: where Cassandra is, which queue, how to create it."""
+
+    connection: ConnectionConfig
+    queue: str
+    create_queue: bool = False
+    queue_settings: dict = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def describe(self) -> str:
+        return f"queue {self.queue!r} at {self.connection.describe()}"
+
+
+def _common(o: dict[str, str], role: str) -> CommonOptions:
+    queue = o.get("queue")
+    if queue is None or not str(queue).strip():
+        raise ConfigError(
+            f"option 'queue' is required for the cassieq {role}: the name of the queue, "
+            'e.g. .option("queue", "events")'
+        )
+    queue = _validate_queue_name(str(queue).strip(), "queue name (option 'queue')")
+    connection = connection_from_options({k: v for k, v in o.items() if k in CONNECTION_OPTIONS})
+    create = _bool(o, "createqueue", "createQueue", False)
+    given = [
+        QUEUE_SETTING_OPTIONS[k] for k in QUEUE_SETTING_OPTIONS if k in o and k != "createqueue"
+    ]
+    if given and not create:
+        raise ConfigError(
+            f"option(s) {', '.join(given)} only take effect when the queue is created; "
+            "add .option('createQueue', 'true') or remove them"
+        )
+    settings: dict = {}
+    if create:
+        dlq = o.get("deadletterqueue")
+        settings = {
+            "bucket_size": _int(o, "bucketsize", "bucketSize", DEFAULT_BUCKET_SIZE, None),
+            "max_delivery_count": _int(o, "maxdeliverycount", "maxDeliveryCount", 5, None),
+            "visibility_timeout": _float(o, "visibilitytimeout", "visibilityTimeout", 30.0, None),
+            "repair_timeout": _float(o, "repairtimeout", "repairTimeout", 15.0, None),
+            "dead_letter_queue": str(dlq).strip() if dlq else None,
+            "message_ttl": _int(o, "messagettl", "messageTtl", None, None),
+            "max_payload_bytes": _int(
+                o, "maxpayloadbytes", "maxPayloadBytes", DEFAULT_MAX_PAYLOAD_BYTES, None
+            ),
+        }
+        try:
+            queues.validate_settings(name=queue, **settings)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid queue setting for createQueue: {exc}") from None
+    return CommonOptions(connection, queue, create, settings, o)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    common: CommonOptions
+    id_block_size: int = monoton.MAX_BLOCK
+    writer_type: str = DEFAULT_WRITER_TYPE
+    checkpoint_location: str | None = None
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``."""
+    o = _lower(options)
+    check_known(o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SINK_OPTIONS}, "sink")
+    common = _common(o, "sink")
+    block = _int(o, "idblocksize", "idBlockSize", monoton.MAX_BLOCK, 1)
+    if block > monoton.MAX_BLOCK:
+        raise ConfigError(
+            f"option 'idBlockSize' must be from 1 to {monoton.MAX_BLOCK}, got {block}"
+        )
+    writer_type = str(o.get("writertype", DEFAULT_WRITER_TYPE)).strip().lower()
+    if writer_type not in WRITER_TYPES:
+        raise ConfigError(
+            f"option 'writerType' must be one of {', '.join(WRITER_TYPES)}, got {o['writertype']!r}"
+        )
+    return SinkOptions(common, block, writer_type, o.get("checkpointlocation"))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    common: CommonOptions
+
+    def str_option(self, name: str, default: str | None = None) -> str | None:
+        value = self.common.raw.get(name.lower())
+        return default if value is None else str(value)
+
+    def int_option(self, name: str, default: int | None = None, minimum: int | None = None):
+        return _int(self.common.raw, name.lower(), name, default, minimum)
+
+    def float_option(
+        self, name: str, default: float | None = None, minimum: float | None = None
+    ) -> float | None:
+        return _float(self.common.raw, name.lower(), name, default, minimum)
+
+
+def source_options(options: Mapping[str, str]) -> SourceOptions:
+    """Parse and check the options of ``spark.readStream``/``spark.read`` with format ``cassieq``."""
+    o = _lower(options)
+    check_known(o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SOURCE_OPTIONS}, "source")
+    return SourceOptions(_common(o, "source"))
+
+
+def resolve_queue(conn: Connection, common: CommonOptions) -> QueueInfo:
+    """The queue named by the options; created first with ``createQueue=true``."""
+    schema.require_schema(conn.session, conn.keyspace)
+    if common.create_queue:
+        info = queues.create_queue(conn, common.queue, exist_ok=True, **common.queue_settings)
+        if info.bucket_size != common.queue_settings.get("bucket_size", info.bucket_size):
+            log.warning(
+                "queue %s already exists with bucket size %d; createQueue settings are ignored",
+                common.queue,
+                info.bucket_size,
+            )
+        return info
+    try:
+        return queues.get_queue(conn, common.queue)
+    except QueueNotFoundError:
+        raise QueueNotFoundError(
+            f"queue {common.queue!r} does not exist in keyspace {conn.keyspace!r}; create it "
+            f"(cassieq create-queue {common.queue}) or set option createQueue=true"
+        ) from None

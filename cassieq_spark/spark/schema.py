@@ -1,0 +1,39 @@
+"""Spark schemas of the cassieq data source, kept in one place for the sink and the source."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+# What the streaming source yields, one row per message. Every field is nullable, as in the DDL
+# form, so RecordBatches built with pyarrow's default (nullable) fields match it exactly.
+SOURCE_SCHEMA = StructType(
+    [
+        StructField("id", LongType(), nullable=True),
+        StructField("value", BinaryType(), nullable=True),
+        StructField("headers", MapType(StringType(), StringType(), True), nullable=True),
+        StructField("enqueued_at", TimestampType(), nullable=True),
+        StructField("bucket", LongType(), nullable=True),
+        StructField("delivery_count", IntegerType(), nullable=True),
+        StructField("queue", StringType(), nullable=True),
+    ]
+)
+
+SOURCE_SCHEMA_DDL = (
+    "id BIGINT, value BINARY, headers MAP<STRING,STRING>, enqueued_at TIMESTAMP, "
+    "bucket BIGINT, delivery_count INT, queue STRING"
+)
+
+# Columns the sink accepts, and what each may be.
+SINK_VALUE = "value"
+SINK_HEADERS = "headers"
+SINK_DELAY = "delay"
+SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY)
