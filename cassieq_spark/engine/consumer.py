@@ -26,16 +26,21 @@ from ..errors import QueueBusyError, StaleReceiptError
 from . import monoton, pointers, timers
 from .buckets import bucket_of
 from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
-from .messages import COLUMNS, Message, read_one
+from .messages import Message, read_one
 from .queues import QueueInfo
 from .receipts import PopReceipt
 from .session import Connection
 
 log = logging.getLogger(__name__)
 
-SCAN_CHUNK = 256
+SCAN_FIRST_CHUNK = 32  # enough for a few racing consumers; grows over stretches handed off
+SCAN_CHUNK = 1024
 CANDIDATE_SPREAD = 8  # consumers pick among the first few candidates to race less
 POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one client
+CONTENDED_SECONDS = 1.0  # after a lost claim, a client spreads its first try for this long
+# What scans need to decide; payloads are fetched only for the one message claimed, so a scan
+# costs the same for 1 MiB payloads as for 10-byte ones.
+SCAN_COLUMNS = "id, visible_at, version, deliveries, invisible_until, acked, dead"
 HEADER_ORIGIN_QUEUE = "cassieq-origin-queue"
 HEADER_ORIGIN_ID = "cassieq-origin-id"
 HEADER_DELIVERY_COUNT = "cassieq-delivery-count"
@@ -53,6 +58,12 @@ class _ReaderCache:
     position: int = 0
     moved_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The last horizon and the skipped ranges read with it. Ids below ``horizon.safe_end`` stay
+    # safe for good (new reservations only start at or above ``next_id``, closed ones never
+    # reopen), so the horizon is re-read only when a scan reaches its end.
+    horizon: monoton.Horizon | None = None
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+    lost_race_at: float = 0.0
 
 
 class Consumer:
@@ -63,6 +74,9 @@ class Consumer:
         self.counters = counters
         self._readers: dict = {}
         self._skip_cache: dict = {}
+        # queue_id -> {slot: ids found acked or dead}: final states, never worth re-reading
+        # while their slot stays in the invisibility pointer's settle window.
+        self._finished: dict = {}
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -86,6 +100,12 @@ class Consumer:
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
         timers.schedule(self.conn, queue, due, row.id)
+        # The body is read alongside the claim (one round trip less); wasted only on a lost race.
+        body_future = self.conn.execute_async(
+            "SELECT payload, headers, enqueued_at FROM {ks}.messages "
+            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id),
+        )
         res = self.conn.execute(
             _CLAIM,
             (
@@ -98,26 +118,32 @@ class Consumer:
                 row.version,
             ),
         )
+        body = body_future.result().one()
         if not res.was_applied:
             return None
         return Message(
             id=row.id,
-            payload=row.payload or b"",
-            headers=dict(row.headers or {}),
+            payload=(body.payload if body else None) or b"",
+            headers=dict((body.headers if body else None) or {}),
             pop_receipt=PopReceipt(queue.queue_id, row.id, version).encode(),
             delivery_count=deliveries,
-            enqueued_at=row.enqueued_at,
+            enqueued_at=body.enqueued_at if body else None,
         )
 
     def _from_timers(self, queue, ptrs, now, vt, put_dead_letter) -> Message | None:
         now_slot = timer_slot(now)
         resolved_to = ptrs.timer_slot
         contiguous = True
+        finished = self._finished.setdefault(queue.queue_id, {})
+        for old in [s for s in finished if s < ptrs.timer_slot]:
+            del finished[old]
         for slot in timers.due_slots(self.conn, queue, ptrs.timer_slot, now_slot):
             slot_resolved = True
-            for mid in timers.ids_in_slot(self.conn, queue, slot):
-                row = read_one(self.conn, queue, mid)
-                if row is None or row.acked or row.dead:
+            done = finished.setdefault(slot, set())
+            ids = [mid for mid in timers.ids_in_slot(self.conn, queue, slot) if mid not in done]
+            for row in _read_many(self.conn, queue, ids):
+                if row.acked or row.dead:
+                    done.add(row.id)
                     continue
                 due = max(to_epoch(row.visible_at), to_epoch(row.invisible_until))
                 if due > now:
@@ -147,7 +173,8 @@ class Consumer:
     def _dead_letter(self, queue: QueueInfo, row, put_dead_letter) -> None:
         """Move a message that was delivered too often to the dead-letter queue (or drop it)."""
         if queue.dead_letter_queue:
-            headers = dict(row.headers or {})
+            body = read_one(self.conn, queue, row.id, "payload, headers")
+            headers = dict((body.headers if body else None) or {})
             headers.update(
                 {
                     HEADER_ORIGIN_QUEUE: queue.name,
@@ -158,7 +185,7 @@ class Consumer:
             # Keyed by the original, so a retry or a racing consumer dead-letters it once.
             put_dead_letter(
                 queue.dead_letter_queue,
-                row.payload or b"",
+                (body.payload if body else None) or b"",
                 headers,
                 f"dlq:{queue.queue_id}:{row.id}",
             )
@@ -195,18 +222,36 @@ class Consumer:
 
     def _from_reader(self, queue: QueueInfo, ptrs, now: float, vt: float) -> Message | None:
         cache = self._readers.setdefault(queue.queue_id, _ReaderCache())
-        start = max(cache.position, ptrs.reader)
-        horizon = monoton.horizon(self.conn, queue, start, now)
-        skipped = (
-            self._skipped_ranges(queue, start, horizon)
-            if horizon.abandoned or start < horizon.safe_end
-            else []
+        cached = (
+            cache.horizon is not None and max(cache.position, ptrs.reader) < cache.horizon.safe_end
         )
+        result = self._scan(queue, cache, ptrs, now, vt, refresh=False)
+        if result is None and cached:
+            # The cached horizon ran out: messages may have arrived beyond it.
+            result = self._scan(queue, cache, ptrs, now, vt, refresh=True)
+        return result
+
+    def _scan(
+        self, queue: QueueInfo, cache: _ReaderCache, ptrs, now: float, vt: float, refresh: bool
+    ) -> Message | None:
+        start = max(cache.position, ptrs.reader)
+        if not refresh and cache.horizon is not None and start < cache.horizon.safe_end:
+            horizon, skipped = cache.horizon, cache.skipped
+        else:
+            horizon = monoton.horizon(self.conn, queue, start, now)
+            skipped = (
+                self._skipped_ranges(queue, start, horizon)
+                if horizon.abandoned or start < horizon.safe_end
+                else []
+            )
+            cache.horizon, cache.skipped = horizon, skipped
         pos = start
         passable_to = start  # every id below this needs nothing more from the reader
         result = None
+        chunk = SCAN_FIRST_CHUNK
         while pos < horizon.safe_end:
-            end = min(horizon.safe_end, pos + SCAN_CHUNK)
+            end = min(horizon.safe_end, pos + chunk)
+            chunk = min(chunk * 2, SCAN_CHUNK)
             candidates = [
                 row
                 for row in _read_chunk(self.conn, queue, pos, end)
@@ -224,14 +269,21 @@ class Consumer:
             passable_to = candidates[0].id
             # The oldest first (FIFO for a lone consumer); racing consumers that lose it spread
             # over the next few instead of all fighting for the same one.
-            rest = candidates[1:CANDIDATE_SPREAD]
-            random.shuffle(rest)
-            for row in [candidates[0], *rest, *candidates[CANDIDATE_SPREAD:]]:
+            # A client that lost a race lately spreads even its first try.
+            order = candidates[:CANDIDATE_SPREAD]
+            if now - cache.lost_race_at < CONTENDED_SECONDS:
+                random.shuffle(order)
+            else:
+                rest = order[1:]
+                random.shuffle(rest)
+                order = [order[0], *rest]
+            for row in [*order, *candidates[CANDIDATE_SPREAD:]]:
                 result = self._claim(queue, row, now, vt)
                 if result is not None:
                     if row is candidates[0]:
                         passable_to = candidates[1].id if len(candidates) > 1 else end
                     break
+                cache.lost_race_at = now
             break  # the pointer cannot move past an undelivered message anyway
         # Under load the move is throttled; an idle reader persists where it got to at once.
         self._move_reader(queue, cache, ptrs.reader, passable_to, now, force=result is None)
@@ -254,11 +306,12 @@ class Consumer:
         row = read_one(self.conn, queue, r.message_id, "version, acked, dead")
         if row is None or row.acked or row.dead or row.version != r.version:
             return False
-        self.conn.execute(
+        write = self.conn.execute_async(
             "UPDATE {ks}.messages SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?",
             (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id),
         )
         self.counters.add(queue, "acked", 1)
+        write.result()
         return True
 
     def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
@@ -292,7 +345,19 @@ class Consumer:
 def _read_chunk(conn: Connection, queue: QueueInfo, lo: int, hi: int):
     from .messages import read_range
 
-    return read_range(conn, queue, lo, hi, COLUMNS)
+    return read_range(conn, queue, lo, hi, SCAN_COLUMNS)
+
+
+def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:
+    """The scan columns of ``ids`` (missing rows left out), read concurrently, in id order."""
+    stmt = conn.prepare(
+        f"SELECT {SCAN_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
+    )
+    futures = [
+        conn.session.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+        for mid in sorted(ids)
+    ]
+    return [row for f in futures for row in f.result()]
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> None:
