@@ -32,7 +32,11 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from cassieq_spark.config import connection_from_options, env_defaults  # noqa: E402
+from cassieq_spark.config import (  # noqa: E402
+    connection_from_options,
+    env_defaults,
+    validate_queue_name,
+)
 from cassieq_spark.errors import CassieQError, ConfigError, QueueNotFoundError  # noqa: E402
 
 log = logging.getLogger("cassieq.repair")
@@ -159,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from cassieq_spark.spark.repair_job import RepairSettings, resolve_queues, run_pass
 
     config = connection_from_options(_options(args))
-    names = None if args.all_queues else list(dict.fromkeys(args.queue))
+    names = None if args.all_queues else [validate_queue_name(n) for n in dict.fromkeys(args.queue)]
     # Fail fast, before Spark starts: unreachable cluster, missing schema, unknown queue.
     resolve_queues(shared_connection(config), names)
     settings = RepairSettings(args.repair_timeout, args.dry_run, args.max_buckets)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import monoton, pointers
 from .buckets import bucket_end, bucket_start
@@ -266,6 +266,12 @@ def due_ranges(ranges: list[SkippedRange], timeout: float, now: float) -> list[S
     return [r for r in ranges if not r.done and r.skipped_at + timeout <= now]
 
 
+def assume_repaired(ranges: list[SkippedRange], due: list[SkippedRange]) -> list[SkippedRange]:
+    """For a dry run: the ranges as they would be after repairing ``due``."""
+    fixed = {r.lo for r in due}
+    return [replace(r, done=True) if r.lo in fixed else r for r in ranges]
+
+
 def buckets_to_check(
     queue: QueueInfo, ptrs: pointers.Pointers, max_buckets: int | None = None
 ) -> range:
@@ -325,7 +331,8 @@ def repair_queue(
     # Pointers before ranges: see bucket_finished.
     ptrs = pointers.read(conn, queue)
     ranges = skipped_ranges(conn, queue)
-    for rng in due_ranges(ranges, timeout, now):
+    due = due_ranges(ranges, timeout, now)
+    for rng in due:
         republished, lost = repair_range(
             conn, counters, queue, rng, dry_run, repair_timeout=timeout
         )
@@ -333,7 +340,7 @@ def repair_queue(
         report.lost_ids += lost
         report.lost_reservations += 1 if lost else 0
         report.ranges_repaired += 1
-    ranges = skipped_ranges(conn, queue) if not dry_run else ranges
+    ranges = assume_repaired(ranges, due) if dry_run else skipped_ranges(conn, queue)
     report.pending_ranges = sum(1 for r in ranges if not r.done)
     checks: dict[int, bool] = {}
     for bucket in buckets_to_check(queue, ptrs, max_buckets):

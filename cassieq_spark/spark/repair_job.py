@@ -31,6 +31,7 @@ from ..engine.counters import Counters
 from ..engine.queues import QueueInfo
 from ..engine.repair import (
     RepairReport,
+    assume_repaired,
     SkippedRange,
     bucket_finished,
     buckets_to_check,
@@ -196,8 +197,7 @@ def repair_queue_distributed(
             report.lost_reservations,
             report.lost_ids,
         )
-        if not settings.dry_run:
-            ranges = skipped_ranges(conn, queue)
+        ranges = assume_repaired(ranges, due) if settings.dry_run else skipped_ranges(conn, queue)
     report.pending_ranges = sum(1 for r in ranges if not r.done)
     # Only ranges that are not done can hold a bucket back; ship just those to the tasks.
     open_ranges = [r for r in ranges if not r.done]

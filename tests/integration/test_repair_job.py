@@ -1,0 +1,433 @@
+"""The repair job on the real Cassandra and a real local Spark.
+
+Most tests run the distributed pass in-process on the session's Spark (``run_pass``); the
+concurrency, crash and argument tests run the real ``jobs/repair.py`` as subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cassieq_spark.config import connection_from_options
+from cassieq_spark.engine import monoton, pointers, repair
+from cassieq_spark.engine.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from cassieq_spark.engine.messages import write_messages
+from cassieq_spark.spark.repair_job import RepairSettings, run_pass
+
+JOB = Path(__file__).resolve().parents[2] / "jobs" / "repair.py"
+TIMEOUT = 1.0  # the test queues' repair timeout
+BUCKET = 10
+
+
+@pytest.fixture
+def queue(queue_client, queue_name):
+    queue_client.create_queue(queue_name, bucket_size=BUCKET, repair_timeout=TIMEOUT)
+    info = queue_client.get_queue(queue_name)
+    yield info
+    queue_client.delete_queue(queue_name)
+
+
+@pytest.fixture
+def config(cassieq_options):
+    return connection_from_options(cassieq_options)
+
+
+def _job_args(cassieq_options) -> list[str]:
+    return [
+        "--contact-points",
+        cassieq_options["contactPoints"],
+        "--port",
+        cassieq_options["port"],
+        "--keyspace",
+        cassieq_options["keyspace"],
+    ]
+
+
+def _job_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    for k in [k for k in env if k.startswith("CASSIEQ_") and k != "CASSIEQ_TEST_CASSANDRA"]:
+        del env[k]
+    return env
+
+
+def _start_job(cassieq_options, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(JOB), *_job_args(cassieq_options), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_job_env(),
+        start_new_session=True,  # its own process group: the Spark JVM and workers die with it
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _reports(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _skip_blocks(client, queue, blocks: int, ids_per_block: int = 1):
+    """Reserve blocks a dead writer never closes, then let a reader pass them: returns them."""
+    conn = client.conn
+    held = [monoton.reserve(conn, queue, ids_per_block) for _ in range(blocks)]
+    marker = client.put(queue.name, b"marker")
+    time.sleep(TIMEOUT + 0.3)
+    msg = client.get(queue.name)
+    assert msg is not None and msg.id == marker, "the reader should pass the abandoned blocks"
+    assert client.ack(queue.name, msg.pop_receipt)
+    assert pointers.read(conn, queue).reader > held[-1].lo
+    return held
+
+
+def _drain(client, queue_name: str, limit: int = 10_000) -> list:
+    got = []
+    empty_since = None
+    while len(got) < limit:
+        msg = client.get(queue_name)
+        if msg is None:
+            # Republished copies may sit behind a young open block for a moment: poll a little.
+            empty_since = empty_since or time.monotonic()
+            if time.monotonic() - empty_since > 3 * TIMEOUT:
+                break
+            time.sleep(0.2)
+            continue
+        empty_since = None
+        assert client.ack(queue_name, msg.pop_receipt)
+        got.append(msg)
+    return got
+
+
+def _skipped_rows(client, queue) -> list:
+    return list(
+        client.conn.execute(
+            "SELECT lo, hi, done, republished, lost FROM {ks}.skipped WHERE queue_id = ?",
+            (queue.queue_id,),
+        )
+    )
+
+
+def _partition_size(client, queue, bucket: int) -> int:
+    row = client.conn.execute(
+        "SELECT count(*) AS n FROM {ks}.messages WHERE queue_id = ? AND bucket = ?",
+        (queue.queue_id, bucket),
+    ).one()
+    return row.n
+
+
+def _consume_all(client, queue_name: str) -> None:
+    while (msg := client.get(queue_name)) is not None:
+        assert client.ack(queue_name, msg.pop_receipt)
+
+
+# -- end to end ---------------------------------------------------------------------------------
+
+
+def test_late_write_into_passed_range_is_delivered_once_with_origin(
+    spark, queue_client, queue, config
+):
+    [late] = _skip_blocks(queue_client, queue, 1)
+    # The "dead" writer was only slow: its message lands after readers passed its block.
+    write_messages(queue_client.conn, queue, late.lo, [b"late payload"], [{"trace": "t-1"}])
+    monoton.close(queue_client.conn, queue, late).result()
+    assert queue_client.get(queue.name) is None, "readers must not deliver a skipped range"
+    time.sleep(TIMEOUT + 0.2)
+
+    [report] = run_pass(spark, config, [queue.name], RepairSettings())
+
+    assert report.republished == 1
+    assert report.lost_reservations == 0
+    got = _drain(queue_client, queue.name)
+    assert [m.payload for m in got] == [b"late payload"]
+    (msg,) = got
+    assert msg.id != late.lo
+    assert msg.headers["trace"] == "t-1"
+    assert msg.headers[HEADER_ORIGIN_ID] == str(late.lo)
+    assert msg.headers[HEADER_ORIGIN_QUEUE] == queue.name
+    [row] = _skipped_rows(queue_client, queue)
+    assert (row.lo, row.done, row.republished, row.lost) == (late.lo, True, 1, 0)
+    assert queue_client.stats(queue.name)["republished"] == 1
+    # A second pass repeats nothing.
+    [again] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert again.republished == 0
+    assert _drain(queue_client, queue.name) == []
+
+
+def test_reservation_never_written_is_lost_and_blocks_nothing(spark, queue_client, queue, config):
+    _skip_blocks(queue_client, queue, 1, ids_per_block=3)  # ids 0..2 never written
+    queue_client.put_many(queue.name, [f"m{i}".encode() for i in range(20)])
+    _consume_all(queue_client, queue.name)
+    reader = pointers.read(queue_client.conn, queue).reader
+    assert reader == 24  # 3 lost + marker + 20
+    time.sleep(TIMEOUT + 0.2)
+
+    [report] = run_pass(spark, config, [queue.name], RepairSettings())
+
+    assert report.lost_reservations == 1
+    assert report.lost_ids == 3
+    assert report.republished == 0
+    assert report.buckets_reclaimed == 2  # buckets 0 and 1; bucket 2 is not wholly behind
+    assert report.repair_pointer == 2
+    assert pointers.read(queue_client.conn, queue).repair == 2
+    stats = queue_client.stats(queue.name)
+    assert (stats["lost"], stats["enqueued"], stats["acked"]) == (3, 21, 21)
+    assert queue_client.put(queue.name, b"after") == 24
+    assert queue_client.get(queue.name).payload == b"after"
+
+
+def test_reclaimed_buckets_are_gone_and_stats_stay_correct(spark, queue_client, queue, config):
+    ids = queue_client.put_many(queue.name, [f"m{i}".encode() for i in range(50)])
+    held = None
+    for i in range(36):
+        if i == 35:
+            time.sleep(0.6)  # readers move the pointer at most every 0.5 s under load
+        msg = queue_client.get(queue.name, visibility_timeout=300)
+        assert msg.id == ids[i]
+        if msg.id == 14:
+            held = msg  # in flight in bucket 1: holds the repair pointer at bucket 1
+        else:
+            assert queue_client.ack(queue.name, msg.pop_receipt)
+    before = queue_client.stats(queue.name)
+
+    [first] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert (first.buckets_reclaimed, first.repair_pointer) == (1, 1)
+    assert _partition_size(queue_client, queue, 0) == 0
+    assert _partition_size(queue_client, queue, 1) == BUCKET
+    now = queue_client.stats(queue.name)
+    for key in (
+        "enqueued",
+        "acked",
+        "backlog",
+        "in_flight",
+        "delayed",
+        "next_id",
+        "reader_pointer",
+    ):
+        assert now[key] == before[key], key
+    assert (before["repair_pointer"], now["repair_pointer"]) == (0, 1)
+
+    assert queue_client.ack(queue.name, held.pop_receipt)
+    [second] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert (second.buckets_reclaimed, second.repair_pointer) == (2, 3)
+    assert [_partition_size(queue_client, queue, b) for b in range(5)] == [0, 0, 0, 10, 10]
+    after = queue_client.stats(queue.name)
+    assert after["acked"] == 36 and after["enqueued"] == 50
+    assert (after["backlog"], after["in_flight"], after["repair_pointer"]) == (14, 0, 3)
+    # What is left is still delivered, in order.
+    assert [m.id for m in _drain(queue_client, queue.name)] == ids[36:]
+
+
+def test_pointer_moves_forward_only_and_drops_are_idempotent(spark, queue_client, queue, config):
+    queue_client.put_many(queue.name, [b"x"] * 30)
+    _consume_all(queue_client, queue.name)
+    stale = pointers.read(queue_client.conn, queue)  # a slow second job's view: repair = 0
+    [report] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert report.repair_pointer == 3
+    # The slow job finishes its pass with its old view: drops again, pointer stays put.
+    late_report = repair.RepairReport(queue=queue.name)
+    repair.finish_pass(queue_client.conn, queue, stale, {0: True, 1: True}, late_report)
+    assert pointers.read(queue_client.conn, queue).repair == 3
+    assert late_report.repair_pointer == 3
+    assert not pointers.advance(queue_client.conn, queue, "repair", 1)
+
+
+def test_dry_run_changes_nothing(queue_client, queue, cassieq_options):
+    [late] = _skip_blocks(queue_client, queue, 1)
+    write_messages(queue_client.conn, queue, late.lo, [b"late"])
+    queue_client.put_many(queue.name, [b"x"] * 20)
+    _consume_all(queue_client, queue.name)
+    time.sleep(TIMEOUT + 0.2)
+    conn = queue_client.conn
+
+    def snapshot():
+        return (
+            [tuple(r) for r in _skipped_rows(queue_client, queue)],
+            pointers.read(conn, queue),
+            [_partition_size(queue_client, queue, b) for b in range(3)],
+            queue_client.stats(queue.name),
+            conn.execute(
+                "SELECT count(*) AS n FROM {ks}.reservation_keys WHERE queue_id = ? "
+                "AND key = ? ALLOW FILTERING",
+                (queue.queue_id, f"repair:{late.lo}#0"),
+            )
+            .one()
+            .n,
+        )
+
+    before = snapshot()
+    rc, out, err = _finish(_start_job(cassieq_options, "--queue", queue.name, "--dry-run"))
+    assert rc == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["queue"] == queue.name and report["dry_run"] is True
+    assert report["republished"] == 1  # what a real pass would do
+    assert report["buckets_reclaimed"] == 2
+    assert report["repair_pointer"] == 0  # ... but did not
+    after = snapshot()
+    assert after == before
+    assert _drain(queue_client, queue.name) == []  # nothing was republished
+
+
+# -- concurrency and crashes (the real job, as subprocesses) -------------------------------------
+
+
+def _late_writes(client, queue, n: int) -> dict[int, bytes]:
+    """``n`` single-id reservations passed by readers, whose messages land afterwards."""
+    held = _skip_blocks(client, queue, n)
+    payloads = {}
+    for res in held:
+        payloads[res.lo] = f"late-{res.lo}".encode()
+        write_messages(client.conn, queue, res.lo, [payloads[res.lo]])
+    time.sleep(TIMEOUT + 0.2)
+    return payloads
+
+
+def _assert_each_once(client, queue, payloads: dict[int, bytes]) -> None:
+    got = _drain(client, queue.name)
+    origins = Counter(int(m.headers[HEADER_ORIGIN_ID]) for m in got)
+    assert set(origins) == set(payloads), "every late message is delivered"
+    dupes = {k: v for k, v in origins.items() if v > 1}
+    assert not dupes, f"delivered more than once: {dupes}"
+    assert sorted(m.payload for m in got) == sorted(payloads.values())
+
+
+def test_two_jobs_at_once_republish_each_message_once(queue_client, queue, cassieq_options):
+    payloads = _late_writes(queue_client, queue, 8)
+    jobs = [_start_job(cassieq_options, "--queue", queue.name) for _ in range(2)]
+    results = [_finish(j) for j in jobs]
+    for rc, _out, err in results:
+        assert rc == 0, err
+    reports = [_reports(out)[-1] for _rc, out, _err in results]
+    # Each range is counted by exactly one of the jobs.
+    assert sum(r["republished"] for r in reports) == len(payloads)
+    assert all(r["queue"] == queue.name for r in reports)
+    _assert_each_once(queue_client, queue, payloads)
+    assert queue_client.stats(queue.name)["republished"] == len(payloads)
+
+
+def test_job_killed_mid_run_and_rerun_loses_and_duplicates_nothing(
+    queue_client, queue, cassieq_options
+):
+    n = 60
+    payloads = _late_writes(queue_client, queue, n)
+    kill_after = random.randint(1, n // 2)
+    job = _start_job(cassieq_options, "--queue", queue.name)
+    done_at_kill = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and job.poll() is None:
+        done = sum(1 for r in _skipped_rows(queue_client, queue) if r.done)
+        if done >= kill_after:
+            os.killpg(job.pid, signal.SIGKILL)
+            done_at_kill = done
+            break
+        time.sleep(0.05)
+    job.wait(timeout=60)
+    assert done_at_kill is not None and done_at_kill < n + 1, "the kill should land mid-run"
+    # Rerun until nothing is pending: copies whose blocks the killed job left open are
+    # themselves repaired a repair timeout later.
+    for _ in range(4):
+        rc, out, err = _finish(_start_job(cassieq_options, "--queue", queue.name))
+        assert rc == 0, err
+        if _reports(out)[-1]["pending_ranges"] == 0:
+            break
+        time.sleep(TIMEOUT + 0.2)
+    assert all(r.done for r in _skipped_rows(queue_client, queue))
+    _assert_each_once(queue_client, queue, payloads)
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(JOB), *args],
+        capture_output=True,
+        text=True,
+        env=_job_env(),
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "needle"),
+    [
+        ([], 2, "--queue"),
+        (["--queue", "a", "--all-queues"], 2, "not allowed with"),
+        (["--queue", "a", "--repair-timeout", "soon"], 2, "--repair-timeout"),
+        (["--queue", "a", "--interval", "-1"], 2, "--interval"),
+        (["--queue", "bad name!"], 2, "invalid queue name"),
+        (["--queue", "a", "--port", "1", "--contact-points", "127.0.0.1"], 1, "cannot reach"),
+        (["--queue", "a", "--port", "99999"], 2, "port"),
+    ],
+)
+def test_bad_arguments_give_one_clear_line(args, status, needle):
+    proc = _run_cli(*args)
+    assert proc.returncode == status, proc.stderr
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_unknown_queue_is_reported(cassieq_options, queue_name):
+    proc = _run_cli(*_job_args(cassieq_options), "--queue", queue_name)
+    assert proc.returncode == 4
+    assert f"queue {queue_name!r} does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_environment_fallbacks_and_one_line_per_queue(queue_client, queue, cassieq_options):
+    env = _job_env()
+    env["CASSIEQ_CONTACT_POINTS"] = cassieq_options["contactPoints"]
+    env["CASSIEQ_PORT"] = cassieq_options["port"]
+    env["CASSIEQ_KEYSPACE"] = cassieq_options["keyspace"]
+    other = f"{queue.name}_b"
+    queue_client.create_queue(other, bucket_size=BUCKET, repair_timeout=TIMEOUT)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(JOB), "--queue", queue.name, "--queue", other],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    finally:
+        queue_client.delete_queue(other)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert [json.loads(line)["queue"] for line in lines] == [queue.name, other]
+    for line in lines:
+        keys = json.loads(line).keys()
+        for k in ("buckets_scanned", "republished", "lost_reservations", "buckets_reclaimed"):
+            assert k in keys
+        assert "repair_pointer" in keys
+
+
+def test_loop_runs_passes_until_terminated(queue_client, queue, cassieq_options):
+    job = _start_job(cassieq_options, "--queue", queue.name, "--loop", "--interval", "0.5")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(lines) < 2 and job.poll() is None:
+        time.sleep(0.2)
+    job.send_signal(signal.SIGTERM)  # the driver only: it ends the loop and stops Spark
+    job.wait(timeout=120)
+    reader.join(timeout=10)
+    assert job.returncode == 0, job.stderr.read()
+    passes = [json.loads(line)["pass"] for line in lines]
+    assert passes[:2] == [1, 2]
