@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cassandra.cluster import Cluster, Session
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 from cassieq_spark.local_cassandra import (
     DEFAULT_PORT,
@@ -54,6 +55,15 @@ class CassandraEndpoint:
     def connect(self, keyspace: str | None = None, **cluster_kwargs: Any) -> Session:
         """A new driver Session (closed with the fixture); kwargs go to ``Cluster``."""
         cluster_kwargs.setdefault("protocol_version", 5)
+        if "load_balancing_policy" not in cluster_kwargs:
+            cluster_kwargs.setdefault(
+                "execution_profiles",
+                {
+                    EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy())
+                    )
+                },
+            )
         cluster = Cluster(self.contact_points, port=self.port, **cluster_kwargs)
         self._clusters.append(cluster)
         return cluster.connect(keyspace)
