@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -402,7 +403,7 @@ class LocalCassandra:
                 raise CassandraError(
                     f"node {index} is already running with {recorded}; stop it first (`down`)"
                 )
-            self._wait_ready(node, pid, started)
+            self._wait_ready(node, started)
             return NodeReady(index, node.address, node.port, pid, 0.0, read_rss_bytes(pid), True)
 
         check_lib_dir()
@@ -432,7 +433,7 @@ class LocalCassandra:
         self._procs[index] = proc
         node.pid_file.write_text(f"{proc.pid}\n")
         try:
-            self._wait_ready(node, proc.pid, started)
+            self._wait_ready(node, started)
         except CassandraError:
             self.stop_node(index)
             raise
@@ -446,7 +447,7 @@ class LocalCassandra:
         log.debug("%s", ready.describe())
         return ready
 
-    def _wait_ready(self, node: NodeConfig, pid: int, started: float) -> None:
+    def _wait_ready(self, node: NodeConfig, started: float) -> None:
         deadline = started + self.startup_timeout
         while True:
             proc = self._procs.get(node.index)
@@ -553,11 +554,12 @@ def _stop(node: NodeConfig, timeout: float, proc: subprocess.Popen[bytes] | None
         node.pid_file.unlink(missing_ok=True)
         return False
     log.info("stopping Cassandra node %d (pid %d)", node.index, pid)
-    os.kill(pid, signal.SIGTERM)
-    if not _wait_exit(pid, timeout, proc):
-        log.warning("node %d did not stop within %.0f s; sending SIGKILL", node.index, timeout)
-        os.kill(pid, signal.SIGKILL)
-        _wait_exit(pid, 10.0, proc)
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_exit(pid, timeout, proc):
+            log.warning("node %d did not stop within %.0f s; sending SIGKILL", node.index, timeout)
+            os.kill(pid, signal.SIGKILL)
+            _wait_exit(pid, 10.0, proc)
     node.pid_file.unlink(missing_ok=True)
     return True
 
