@@ -31,8 +31,8 @@ from ..engine.counters import Counters
 from ..engine.queues import QueueInfo
 from ..engine.repair import (
     RepairReport,
-    assume_repaired,
     SkippedRange,
+    assume_repaired,
     bucket_finished,
     buckets_to_check,
     due_ranges,
