@@ -77,6 +77,7 @@ class Consumer:
         # queue_id -> {slot: ids found acked or dead}: final states, never worth re-reading
         # while their slot stays in the invisibility pointer's settle window.
         self._finished: dict = {}
+        self._marked: set = set()
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -99,7 +100,7 @@ class Consumer:
         deliveries = (row.deliveries or 0) + 1
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
-        timers.schedule(self.conn, queue, due, row.id)
+        self._schedule(queue, due, row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(
             "SELECT payload, headers, enqueued_at FROM {ks}.messages "
@@ -129,6 +130,20 @@ class Consumer:
             delivery_count=deliveries,
             enqueued_at=body.enqueued_at if body else None,
         )
+
+    def _schedule(self, queue: QueueInfo, due: float, message_id: int) -> None:
+        """Write the timer; the slot's "not empty" marker only once per slot and client (the
+        marker is the same row every time, and deliveries fill a slot with many timers)."""
+        timer, marker = timers.statements(self.conn, queue, due, message_id)
+        key = (queue.queue_id, timer_slot(due))
+        futures = [self.conn.session.execute_async(timer)]
+        if key not in self._marked:
+            futures.append(self.conn.session.execute_async(marker))
+        for f in futures:
+            f.result()
+        if len(self._marked) > 4096:
+            self._marked.clear()
+        self._marked.add(key)
 
     def _from_timers(self, queue, ptrs, now, vt, put_dead_letter) -> Message | None:
         now_slot = timer_slot(now)
