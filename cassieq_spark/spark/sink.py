@@ -82,9 +82,16 @@ def _type_name(t: DataType) -> str:
 def check_input_schema(schema: StructType) -> InputLayout:
     """Fail before anything is written if the input has columns the sink cannot take."""
     allowed = "value (string or binary, required), headers (map<string,string>), delay (double)"
+    names = [f.name.lower() for f in schema.fields]
+    if SINK_VALUE not in names:
+        raise ConfigError(
+            f"the cassieq sink needs a column 'value' (string or binary) with the payload; "
+            f"the input has {', '.join(schema.fieldNames()) or 'no columns'}; allowed columns: "
+            f"{allowed}"
+        )
     found: dict[str, int] = {}
     for i, f in enumerate(schema.fields):
-        name = f.name.lower()
+        name = names[i]
         if name not in SINK_COLUMNS:
             raise ConfigError(
                 f"column {f.name!r} ({_type_name(f.dataType)}) is not accepted by the cassieq "
@@ -93,11 +100,6 @@ def check_input_schema(schema: StructType) -> InputLayout:
         if name in found:
             raise ConfigError(f"column {f.name!r} appears twice in the input")
         found[name] = i
-    if SINK_VALUE not in found:
-        raise ConfigError(
-            f"the cassieq sink needs a column 'value' (string or binary) with the payload; "
-            f"the input has {', '.join(schema.fieldNames()) or 'no columns'}"
-        )
     value_type = schema.fields[found[SINK_VALUE]].dataType
     if not isinstance(value_type, (StringType, BinaryType)):
         raise ConfigError(

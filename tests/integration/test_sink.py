@@ -1,0 +1,394 @@
+"""The cassieq sink against the real Cassandra and a real local Spark.
+
+Rows are read back straight from the messages table (``read_range``), so a duplicate, a lost
+row or a half-written failed task shows up whether or not a consumer would deliver it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from cassieq_spark.engine import messages, monoton
+from cassieq_spark.spark import register
+
+# headers as canonical JSON text: Spark cannot sort (so chispa cannot compare) map columns
+READ_SCHEMA = StructType([StructField("value", BinaryType()), StructField("headers", StringType())])
+
+
+def _canon(headers) -> str | None:
+    return json.dumps(dict(headers), sort_keys=True) if headers else None
+
+
+TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    register(spark)
+    return spark
+
+
+def stored_rows(client, queue: str, include_dead: bool = False) -> list:
+    """Every message row of the queue (live ones only unless asked), in id order."""
+    info = client.get_queue(queue)
+    end = monoton.horizon(client.conn, info, 0).next_id
+    rows = messages.read_range(client.conn, info, 0, end)
+    return [r for r in rows if include_dead or not r.dead]
+
+
+def stored_df(spark, client, queue: str):
+    rows = [
+        (bytes(r.payload), dict(r.headers) if r.headers else None)
+        for r in stored_rows(client, queue)
+    ]
+    return spark.createDataFrame(rows, READ_SCHEMA)
+
+
+def expected_df(spark, values: list[str], headers=None):
+    rows = [(v.encode(), headers[i] if headers is not None else None) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, READ_SCHEMA)
+
+
+def write_text_files(directory: Path, files: dict[str, list[str]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in files.items():
+        tmp = directory / f".{name}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(directory / name)  # the file source must never see a half-written file
+
+
+def run_available_now(spark, options: dict, queue: str, src: Path, checkpoint: Path, **extra):
+    df = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(src))
+    query = (
+        df.writeStream.format("cassieq")
+        .options(**options)
+        .option("queue", queue)
+        .options(**extra)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(TIMEOUT), "streaming query did not finish in time"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+@pytest.mark.parametrize("writer_type", ["arrow", "rows"])
+def test_batch_write_lands_every_row_once(
+    sspark, cassieq_options, queue_client, queue_name, writer_type
+):
+    n = 3000
+    df = sspark.range(n).select(
+        F.concat(F.lit("msg-"), F.col("id").cast("string")).cast("binary").alias("value"),
+        F.when(F.col("id") % 3 == 0, F.lit(None))
+        .otherwise(F.create_map(F.lit("n"), F.col("id").cast("string"), F.lit("src"), F.lit("t")))
+        .alias("headers"),
+    )
+    (
+        df.repartition(3)
+        .write.format("cassieq")
+        .options(**cassieq_options)
+        .option("queue", queue_name)
+        .option("createQueue", "true")
+        .option("bucketSize", "500")  # several buckets per task
+        .option("writerType", writer_type)
+        .mode("append")
+        .save()
+    )
+    values = [f"msg-{i}" for i in range(n)]
+    headers = [None if i % 3 == 0 else {"n": str(i), "src": "t"} for i in range(n)]
+    assert_df_equality(
+        stored_df(sspark, queue_client, queue_name),
+        expected_df(sspark, values, headers),
+        ignore_row_order=True,
+    )
+    ids = [r.id for r in stored_rows(queue_client, queue_name, include_dead=True)]
+    assert len(ids) == n == len(set(ids))
+    # readers may read all of it: every reservation is closed
+    info = queue_client.get_queue(queue_name)
+    assert monoton.horizon(queue_client.conn, info, 0).safe_end == n
+    assert queue_client.stats(queue_name)["enqueued"] == n
+
+
+def test_stream_replay_after_lost_commit_adds_nothing(
+    sspark, cassieq_options, queue_client, queue_name, tmp_path
+):
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    files = {f"f{k}.txt": [f"file{k}-line{i}" for i in range(300)] for k in range(2)}
+    write_text_files(src, files)
+    extra = {"createQueue": "true", "idBlockSize": "128"}  # 3 chunks per task
+    run_available_now(sspark, cassieq_options, queue_name, src, ckpt, **extra)
+    expected = [line for lines in files.values() for line in lines]
+    assert_df_equality(
+        stored_df(sspark, queue_client, queue_name).select("value"),
+        expected_df(sspark, expected).select("value"),
+        ignore_row_order=True,
+    )
+
+    # A crash after the sink wrote batch 1 but before Spark logged its commit: on restart Spark
+    # runs batch 1 again with the same offsets.
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()
+    crc = ckpt / "commits" / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    query = run_available_now(sspark, cassieq_options, queue_name, src, ckpt, **extra)
+    replayed = [p for p in query.recentProgress if p.batchId == last and p.numInputRows > 0]
+    assert replayed, "the restarted query did not replay the batch"
+    assert replayed[0].sink.numOutputRows == 300
+
+    assert_df_equality(
+        stored_df(sspark, queue_client, queue_name).select("value"),
+        expected_df(sspark, expected).select("value"),
+        ignore_row_order=True,
+    )
+    assert len(stored_rows(queue_client, queue_name, include_dead=True)) == len(expected)
+
+
+def test_two_queries_write_one_queue(sspark, cassieq_options, queue_client, queue_name, tmp_path):
+    queue_client.create_queue(queue_name, bucket_size=100)
+    queries, expected = [], []
+    for q in range(2):
+        src = tmp_path / f"in{q}"
+        files = {f"f{k}.txt": [f"q{q}-f{k}-{i}" for i in range(400)] for k in range(2)}
+        write_text_files(src, files)
+        expected += [line for lines in files.values() for line in lines]
+        df = sspark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(src))
+        queries.append(
+            df.writeStream.format("cassieq")
+            .options(**cassieq_options)
+            .option("queue", queue_name)
+            .option("idBlockSize", "150")
+            .option("checkpointLocation", str(tmp_path / f"ckpt{q}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+    for query in queries:
+        assert query.awaitTermination(TIMEOUT)
+        assert query.exception() is None, query.exception()
+    rows = stored_rows(queue_client, queue_name, include_dead=True)
+    assert len({r.id for r in rows}) == len(rows) == len(expected)
+    assert sorted(bytes(r.payload).decode() for r in rows) == sorted(expected)
+
+
+RETRY_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    from pyspark import TaskContext
+    from pyspark.sql import SparkSession, functions as F
+    from cassieq_spark.spark import register
+
+    options, queue, src, ckpt, marker_dir = json.loads(sys.argv[1])
+    spark = (
+        SparkSession.builder.master("local[2,3]")  # up to 3 attempts per task
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+
+    def fail_once(v):
+        ctx = TaskContext.get()
+        if v.endswith("-line300") and ctx.attemptNumber() == 0:
+            Path(marker_dir, f"failed-{v}").touch()
+            raise RuntimeError("injected failure after 300 rows")
+        return v
+
+    fail_udf = F.udf(fail_once, "string")
+    df = spark.readStream.format("text").load(src).select(fail_udf("value").alias("value"))
+    q = (
+        df.writeStream.format("cassieq").options(**options).option("queue", queue)
+        .option("idBlockSize", "64").option("checkpointLocation", ckpt)
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise SystemExit(f"query failed: {q.exception()}")
+    batch = spark.range(0, 500, numPartitions=1).select(
+        fail_udf(F.format_string("batch-line%d", "id")).alias("value")
+    )
+    batch.write.format("cassieq").options(**options).option("queue", queue).option(
+        "idBlockSize", "64"
+    ).mode("append").save()
+    spark.stop()
+    """
+)
+
+
+def test_retried_tasks_add_nothing_twice(cassieq_options, queue_client, queue_name, tmp_path):
+    queue_client.create_queue(queue_name, bucket_size=100)
+    src = tmp_path / "in"
+    lines = [f"s-line{i}" for i in range(500)]
+    write_text_files(src, {"f.txt": lines})
+    args = [cassieq_options, queue_name, str(src), str(tmp_path / "ckpt"), str(tmp_path)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [sys.executable, "-c", RETRY_SCRIPT, json.dumps(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 2,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # both the streaming task and the batch task failed once, after 300 rows
+    assert sorted(p.name for p in tmp_path.glob("failed-*")) == [
+        "failed-batch-line300",
+        "failed-s-line300",
+    ]
+    expected = lines + [f"batch-line{i}" for i in range(500)]
+    live = stored_rows(queue_client, queue_name)
+    assert len({r.id for r in live}) == len(live)
+    assert sorted(bytes(r.payload).decode() for r in live) == sorted(expected)
+    info = queue_client.get_queue(queue_name)
+    assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
+
+
+# -- bad inputs: each fails with a clear message and leaves the queue as it was ----------------
+
+PRESET = ["keep-1", "keep-2", "keep-3"]
+
+
+def _df(spark, kind: str):
+    value = F.col("id").cast("string")
+    base = spark.range(0, 600, numPartitions=1)
+    if kind == "extra column":
+        return base.select(value.alias("value"), F.col("id").alias("key"))
+    if kind == "int value":
+        return base.select(F.col("id").cast("int").alias("value"))
+    if kind == "bad headers":
+        return base.select(value.alias("value"), F.create_map(value, F.col("id")).alias("headers"))
+    if kind == "no value":
+        return base.select(value.alias("payload"))
+    if kind == "null value":
+        return base.select(F.when(F.col("id") == 457, None).otherwise(value).alias("value"))
+    if kind == "oversize":
+        return base.select(
+            F.when(F.col("id") == 321, F.lit("x" * 150)).otherwise(value).alias("value")
+        )
+    if kind == "negative delay":
+        return base.select(
+            value.alias("value"), F.when(F.col("id") == 9, -1.0).otherwise(0.0).alias("delay")
+        )
+    return base.select(value.alias("value"))
+
+
+# (case, dataframe kind, options to add (None removes), save mode, fragments of the message)
+BAD_INPUTS = [
+    ("unknown column", "extra column", {}, "append", ["column 'key'", "allowed columns: value"]),
+    ("wrong value type", "int value", {}, "append", ["column 'value' must be string or binary"]),
+    ("wrong headers type", "bad headers", {}, "append", ["'headers' must be map<string,string>"]),
+    ("missing value", "no value", {}, "append", ["needs a column 'value'", "payload"]),
+    ("null value", "null value", {}, "append", ["column 'value' is null at row 457"]),
+    ("missing queue", "ok", {"queue": None}, "append", ["option 'queue' is required"]),
+    (
+        "unknown queue",
+        "ok",
+        {"queue": "nosuch"},
+        "append",
+        ["'nosuch' does not exist", "createQueue"],
+    ),
+    (
+        "bad contact point",
+        "ok",
+        {"port": "1", "connectTimeout": "3"},
+        "append",
+        ["cannot reach Cassandra at 127.0.0.1:1", "contactPoints"],
+    ),
+    # The test Cassandra runs without authentication, so wrong credentials are accepted there;
+    # what can be tested is a half-given login, refused before connecting.
+    ("credentials", "ok", {"username": "bob"}, "append", ["username and password go together"]),
+    (
+        "invalid bucket size",
+        "ok",
+        {"queue": "other", "createQueue": "true", "bucketSize": "0"},
+        "append",
+        ["bucket size must be an integer", "got 0"],
+    ),
+    ("oversize payload", "oversize", {}, "append", ["row 321", "150 bytes", "at most 100"]),
+    ("bad consistency", "ok", {"consistency": "FOO"}, "append", ["consistency must be one of"]),
+    ("unknown option", "ok", {"bucketsise": "5"}, "append", ["unknown option 'bucketsise'"]),
+    ("overwrite", "ok", {}, "overwrite", ["only appends"]),
+    ("negative delay", "negative delay", {}, "append", ["column 'delay' is -1.0 at row 9"]),
+]
+
+
+@pytest.mark.parametrize(
+    "case, kind, extra, mode, fragments", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_fails_clearly_and_changes_nothing(
+    sspark, cassieq_options, queue_client, queue_name, case, kind, extra, mode, fragments
+):
+    queue_client.create_queue(queue_name, bucket_size=100, max_payload_bytes=100)
+    queue_client.put_many(queue_name, PRESET)
+    other = f"{queue_name}_x"
+    options = {
+        **cassieq_options,
+        "queue": queue_name,
+        "idBlockSize": "100",
+        "password": "pw-SECRET",
+    }
+    options["username"] = "u"
+    for key, value in extra.items():
+        value = other if value in ("nosuch", "other") else value
+        fragments = [f.replace("nosuch", other) for f in fragments]
+        if value is None:
+            options.pop(key)
+        else:
+            options[key] = value
+    if case == "credentials":
+        options.pop("password")
+    writer = _df(sspark, kind).write.format("cassieq").options(**options).mode(mode)
+    with pytest.raises(Exception) as err:
+        writer.save()
+    msg = str(err.value)
+    for f in fragments:
+        assert f in msg, f"{case}: {f!r} not in {msg[:3000]}"
+    assert "pw-SECRET" not in msg
+    live = stored_rows(queue_client, queue_name)
+    assert [bytes(r.payload).decode() for r in live] == PRESET
+    info = queue_client.get_queue(queue_name)
+    assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
+    assert other not in {q.name for q in queue_client.list_queues()}
+
+
+def test_null_value_in_stream_rolls_back_written_chunks(
+    sspark, cassieq_options, queue_client, queue_name, tmp_path
+):
+    """A task that wrote 4 chunks before hitting a null leaves nothing visible."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    src = tmp_path / "in"
+    write_text_files(src, {"f.txt": [f"l{i}" for i in range(500)]})
+    df = sspark.readStream.format("text").load(str(src))
+    df = df.select(F.when(F.col("value") == "l450", None).otherwise(F.col("value")).alias("value"))
+    query = (
+        df.writeStream.format("cassieq")
+        .options(**cassieq_options)
+        .option("queue", queue_name)
+        .option("idBlockSize", "100")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    started = time.monotonic()
+    with pytest.raises(Exception) as err:
+        query.awaitTermination(TIMEOUT)
+    assert time.monotonic() - started < TIMEOUT
+    assert "column 'value' is null at row 450" in str(err.value)
+    all_rows = stored_rows(queue_client, queue_name, include_dead=True)
+    assert len(all_rows) >= 400, "the chunks before the null were not written: test proves nothing"
+    assert stored_rows(queue_client, queue_name) == []
+    info = queue_client.get_queue(queue_name)
+    assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
