@@ -169,6 +169,52 @@ def test_late_write_into_passed_range_is_delivered_once_with_origin(
     assert _drain(queue_client, queue.name) == []
 
 
+def _stream_once(spark, options: dict, checkpoint) -> list:
+    """Run an AvailableNow query of the cassieq source; the rows it delivered."""
+    rows: list = []
+    reader = spark.readStream.format("cassieq")
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(lambda df, _batch: rows.extend(df.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(240)
+    assert query.exception() is None
+    return rows
+
+
+def test_streaming_source_gets_a_late_write_after_the_repair_job(
+    spark, queue_client, queue, config, cassieq_options, tmp_path
+):
+    from cassieq_spark.spark import register
+
+    register(spark)
+    opts = {**cassieq_options, "queue": queue.name, "consumerId": "repair-e2e"}
+    late = monoton.reserve(queue_client.conn, queue, 1)
+    ids = queue_client.put_many(queue.name, [f"m{i}".encode() for i in range(5)])
+    time.sleep(TIMEOUT + 0.3)
+    first = _stream_once(spark, opts, tmp_path / "ck")
+    assert sorted(r.id for r in first) == ids  # passed the abandoned block
+    assert pointers.read(queue_client.conn, queue).reader == ids[-1] + 1  # ... and committed
+    write_messages(queue_client.conn, queue, late.lo, [b"late"], [{"trace": "t-2"}])
+    monoton.close(queue_client.conn, queue, late).result()
+    time.sleep(TIMEOUT + 0.2)
+    assert _stream_once(spark, opts, tmp_path / "ck") == []  # the source does not go back
+
+    [report] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert report.republished == 1
+
+    second = _stream_once(spark, opts, tmp_path / "ck")
+    assert [(r.value, r.headers["trace"]) for r in second] == [(b"late", "t-2")]
+    assert second[0].headers[HEADER_ORIGIN_ID] == str(late.lo)
+    assert second[0].id > ids[-1]
+    assert _stream_once(spark, opts, tmp_path / "ck") == []  # delivered once
+
+
 def test_reservation_never_written_is_lost_and_blocks_nothing(spark, queue_client, queue, config):
     _skip_blocks(queue_client, queue, 1, ids_per_block=3)  # ids 0..2 never written
     queue_client.put_many(queue.name, [f"m{i}".encode() for i in range(20)])
