@@ -45,7 +45,10 @@ from ..engine.session import Connection, shared_connection
 
 log = logging.getLogger(__name__)
 
-WAVE_PER_SLOT = 32  # buckets checked per task slot and wave
+# Buckets checked per task slot and wave. A Spark job costs about a second of overhead, a bucket
+# check a few milliseconds: waves are large, and the work wasted past a bucket that holds the
+# pointer back is at most one wave, spread over all slots.
+WAVE_PER_SLOT = 512
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def repair_queue_distributed(
     task = _bucket_task(config, queue, ptrs.reader, open_ranges)
     for start in range(todo.start, todo.stop, wave):
         batch = list(range(start, min(todo.stop, start + wave)))
-        rdd = sc.parallelize(batch, min(len(batch), slots * 4))
+        rdd = sc.parallelize(batch, min(len(batch), slots * 2))
         with progress.phase(
             f"{queue.name}: checking buckets {batch[0]}..{batch[-1]} of {todo.start}..{todo.stop - 1}",
             f"repair-buckets-{queue.queue_id}",
