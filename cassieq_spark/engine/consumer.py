@@ -34,6 +34,9 @@ from .session import Connection
 log = logging.getLogger(__name__)
 
 SCAN_FIRST_CHUNK = 32  # enough for a few racing consumers; grows over stretches handed off
+# A get looks at most this far ahead of the reader for reservations, so its cost does not
+# grow with the backlog.
+HORIZON_WINDOW = 4096
 SCAN_CHUNK = 1024
 CANDIDATE_SPREAD = 8  # consumers pick among the first few candidates to race less
 POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one client
@@ -230,8 +233,7 @@ class Consumer:
         )
         known = {(r.lo, r.hi) for r in rows}
         for lo, hi in horizon.abandoned:
-            if (lo, hi) not in known:
-                record_skipped(self.conn, queue, lo, hi)
+            if (lo, hi) not in known and record_skipped(self.conn, queue, lo, hi):
                 known.add((lo, hi))
         return sorted(known)
 
@@ -253,7 +255,7 @@ class Consumer:
         if not refresh and cache.horizon is not None and start < cache.horizon.safe_end:
             horizon, skipped = cache.horizon, cache.skipped
         else:
-            horizon = monoton.horizon(self.conn, queue, start, now)
+            horizon = monoton.horizon(self.conn, queue, start, now, window=HORIZON_WINDOW)
             skipped = (
                 self._skipped_ranges(queue, start, horizon)
                 if horizon.abandoned or start < horizon.safe_end
@@ -375,16 +377,25 @@ def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:
     return [row for f in futures for row in f.result()]
 
 
-def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> None:
-    """Hand an abandoned reservation to repair (idempotent: the first record wins)."""
-    conn.execute(
-        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:
+    """Hand an abandoned reservation to repair before readers pass it.
+
+    Returns False when its writer closed it first: then the block is complete and must be
+    read as usual. Idempotent: recording a range again keeps its first ``skipped_at``.
+    """
+    if not monoton.skip(conn, queue, lo):
+        return False
+    res = conn.execute(
+        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
+        "IF NOT EXISTS",
         (queue.queue_id, lo, hi),
     )
-    log.warning(
-        "queue %s: reservation of ids %d..%d was not written within the repair timeout; readers pass "
-        "it and repair will republish whatever lands there",
-        queue.name,
-        lo,
-        hi,
-    )
+    if res.was_applied:
+        log.warning(
+            "queue %s: reservation of ids %d..%d was not written within the repair timeout; "
+            "readers pass it and repair will republish whatever lands there",
+            queue.name,
+            lo,
+            hi,
+        )
+    return True

@@ -6,6 +6,12 @@ once every id of the block is written. Readers compute a *horizon*: the highest 
 nothing may still be in flight, i.e. the lowest ``lo`` over open reservations younger than the
 queue's repair timeout. Older open reservations are *abandoned* (their writer presumably died);
 readers may pass them, and hand them to repair, which republishes whatever lands there late.
+
+Handing a reservation to repair (``skip``) and a late writer closing it must not both win, or
+one reader would deliver the late messages while repair republishes them too. Both are
+compare-and-sets on the reservation row (``IF closed = null`` / ``IF skipped = null``), so
+exactly one wins. A writer that finishes well within the repair timeout (half of it, measured
+on its own clock) closes with a plain write: no reader can see its block as abandoned yet.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Reservation:
     owner: str
     key: str | None = None
     closed: bool = False  # for a keyed reservation found again: its first writer finished
+    reserved_at: float = 0.0  # time.monotonic() when reserved here; 0 = unknown (found again)
 
     @property
     def count(self) -> int:
@@ -90,6 +97,7 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
     if not 1 <= count <= MAX_BLOCK:
         raise ValueError(f"a reservation holds 1..{MAX_BLOCK} ids, asked for {count}")
     owner = f"{owner_hint}:{uuid.uuid4().hex[:12]}" if owner_hint else uuid.uuid4().hex[:12]
+    started = time.monotonic()
     current = _read_next(conn, queue, serial=False)
     delay = 0.002
     for _attempt in range(MAX_ATTEMPTS):
@@ -103,11 +111,11 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
                 "reservation of ids %d..%d timed out (%s); checking whether it landed", lo, hi, exc
             )
             if _owned(conn, queue, lo, owner):
-                return Reservation(lo, hi, owner)
+                return Reservation(lo, hi, owner, reserved_at=started)
             current = _read_next(conn, queue, serial=True)
             continue
         if res.was_applied:
-            return Reservation(lo, hi, owner)
+            return Reservation(lo, hi, owner, reserved_at=started)
         row = res.one()
         seen = getattr(row, "next", None)
         current = seen if seen is not None else _read_next(conn, queue, serial=True)
@@ -120,32 +128,83 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
 
 
 def close(conn: Connection, queue: QueueInfo, res: Reservation, *, released: bool = False):
-    """Mark a reservation written (or given back unused). Returns the driver future."""
-    return conn.execute_async(
-        "INSERT INTO {ks}.monoton (queue_id, lo, hi, created_at, owner, closed, released) "
-        "VALUES (?, ?, ?, toTimestamp(now()), ?, true, ?) USING TTL ?",
-        (queue.queue_id, res.lo, res.hi, res.owner, released, CLOSED_TTL),
-    )
+    """Mark a reservation written (or given back unused). Returns the driver future.
 
-
-def horizon(conn: Connection, queue: QueueInfo, from_id: int, now: float | None = None) -> Horizon:
-    """How far a reader starting at ``from_id`` may safely read right now."""
-    now = time.time() if now is None else now
-    rows = list(
-        conn.execute(
-            "SELECT next, lo, hi, created_at, closed FROM {ks}.monoton WHERE queue_id = ? AND lo >= ?",
-            (queue.queue_id, max(0, from_id - MAX_BLOCK)),
+    A late close is a compare-and-set that loses to a reader that already handed the block
+    to repair; then repair republishes what was written, and nothing is delivered twice.
+    """
+    elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
+    if elapsed < queue.repair_timeout / 2:
+        return conn.execute_async(
+            "INSERT INTO {ks}.monoton (queue_id, lo, hi, created_at, owner, closed, released) "
+            "VALUES (?, ?, ?, toTimestamp(now()), ?, true, ?) USING TTL ?",
+            (queue.queue_id, res.lo, res.hi, res.owner, released, CLOSED_TTL),
         )
+    return conn.execute_async(
+        "UPDATE {ks}.monoton USING TTL ? SET closed = true, released = ? "
+        "WHERE queue_id = ? AND lo = ? IF skipped = null",
+        (CLOSED_TTL, released, queue.queue_id, res.lo),
     )
-    next_id = 0
+
+
+def skip(conn: Connection, queue: QueueInfo, lo: int) -> bool:
+    """Hand the abandoned reservation at ``lo`` to repair. False: its writer closed it first
+    (the block is complete and readers deliver it as usual)."""
+    res = conn.execute(
+        "UPDATE {ks}.monoton SET skipped = true WHERE queue_id = ? AND lo = ? IF closed = null",
+        (queue.queue_id, lo),
+    )
+    if res.was_applied:
+        return True
+    row = res.one()
+    return bool(getattr(row, "skipped", None)) and not bool(getattr(row, "closed", None))
+
+
+def horizon(
+    conn: Connection,
+    queue: QueueInfo,
+    from_id: int,
+    now: float | None = None,
+    window: int | None = None,
+) -> Horizon:
+    """How far a reader starting at ``from_id`` may safely read right now.
+
+    With ``window``, only reservations up to ``from_id + window`` are looked at and the safe
+    end is capped there: the cost of a call then follows what the caller will read, not the
+    backlog.
+    """
+    now = time.time() if now is None else now
+    lo_from = max(0, from_id - MAX_BLOCK)
+    if window is None:
+        rows = list(
+            conn.execute(
+                "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton "
+                "WHERE queue_id = ? AND lo >= ?",
+                (queue.queue_id, lo_from),
+            )
+        )
+    else:
+        rows = list(
+            conn.execute(
+                "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton "
+                "WHERE queue_id = ? AND lo >= ? AND lo < ?",
+                (queue.queue_id, lo_from, from_id + window),
+            )
+        )
+    next_id = None
     safe_end = None
     abandoned: list[tuple[int, int]] = []
     open_count = 0
     cutoff = now - queue.repair_timeout
     for r in rows:
         if r.next is not None:
-            next_id = max(next_id, r.next)
-        if r.lo is None or r.closed or r.hi is None or r.hi <= from_id:
+            next_id = r.next if next_id is None else max(next_id, r.next)
+        if r.lo is None or r.hi is None or r.hi <= from_id:
+            continue
+        if r.skipped:
+            abandoned.append((r.lo, r.hi))  # repair owns it, whatever its writer did since
+            continue
+        if r.closed:
             continue
         open_count += 1
         created = r.created_at.replace(tzinfo=dt.timezone.utc).timestamp() if r.created_at else 0.0
@@ -153,12 +212,14 @@ def horizon(conn: Connection, queue: QueueInfo, from_id: int, now: float | None 
             abandoned.append((r.lo, r.hi))
         else:
             safe_end = r.lo if safe_end is None else min(safe_end, r.lo)
-    if not rows:
+    if next_id is None:
         row = conn.execute(
             "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (queue.queue_id,)
         ).one()
         next_id = (row.next or 0) if row else 0
     end = next_id if safe_end is None else min(safe_end, next_id)
+    if window is not None:
+        end = min(end, from_id + window)
     end = max(end, from_id)
     return Horizon(next_id, end, tuple(sorted(a for a in abandoned if a[0] < end)), open_count)
 

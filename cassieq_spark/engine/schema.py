@@ -23,12 +23,12 @@ from ..errors import SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
-        """CREATE TABLE IF NOT EXISTS queues (
+        """CREATE TABLE IF NOT EXISTS {ks}.queues (
             name text PRIMARY KEY,
             queue_id uuid,
             bucket_size int,
@@ -39,7 +39,7 @@ MIGRATIONS: dict[int, list[str]] = {
             message_ttl int,
             max_payload_bytes int,
             created_at timestamp)""",
-        """CREATE TABLE IF NOT EXISTS monoton (
+        """CREATE TABLE IF NOT EXISTS {ks}.monoton (
             queue_id uuid,
             lo bigint,
             next bigint static,
@@ -50,14 +50,14 @@ MIGRATIONS: dict[int, list[str]] = {
             owner text,
             PRIMARY KEY (queue_id, lo))
             WITH gc_grace_seconds = 3600""",
-        """CREATE TABLE IF NOT EXISTS reservation_keys (
+        """CREATE TABLE IF NOT EXISTS {ks}.reservation_keys (
             queue_id uuid,
             key text,
             lo bigint,
             hi bigint,
             PRIMARY KEY ((queue_id, key)))
             WITH default_time_to_live = 1209600""",
-        """CREATE TABLE IF NOT EXISTS messages (
+        """CREATE TABLE IF NOT EXISTS {ks}.messages (
             queue_id uuid,
             bucket bigint,
             id bigint,
@@ -71,25 +71,25 @@ MIGRATIONS: dict[int, list[str]] = {
             acked boolean,
             dead boolean,
             PRIMARY KEY ((queue_id, bucket), id))""",
-        """CREATE TABLE IF NOT EXISTS pointers (
+        """CREATE TABLE IF NOT EXISTS {ks}.pointers (
             queue_id uuid PRIMARY KEY,
             reader bigint,
             repair bigint,
             timer_slot bigint,
             lease_owner text,
             lease_until timestamp)""",
-        """CREATE TABLE IF NOT EXISTS timers (
+        """CREATE TABLE IF NOT EXISTS {ks}.timers (
             queue_id uuid,
             slot bigint,
             id bigint,
             PRIMARY KEY ((queue_id, slot), id))
             WITH default_time_to_live = 1209600""",
-        """CREATE TABLE IF NOT EXISTS timer_slots (
+        """CREATE TABLE IF NOT EXISTS {ks}.timer_slots (
             queue_id uuid,
             slot bigint,
             PRIMARY KEY (queue_id, slot))
             WITH default_time_to_live = 1209600""",
-        """CREATE TABLE IF NOT EXISTS skipped (
+        """CREATE TABLE IF NOT EXISTS {ks}.skipped (
             queue_id uuid,
             lo bigint,
             hi bigint,
@@ -98,7 +98,7 @@ MIGRATIONS: dict[int, list[str]] = {
             republished int,
             lost int,
             PRIMARY KEY (queue_id, lo))""",
-        """CREATE TABLE IF NOT EXISTS counters (
+        """CREATE TABLE IF NOT EXISTS {ks}.counters (
             queue_id uuid PRIMARY KEY,
             enqueued counter,
             acked counter,
@@ -106,11 +106,14 @@ MIGRATIONS: dict[int, list[str]] = {
             dropped counter,
             republished counter,
             lost counter)""",
-        """CREATE TABLE IF NOT EXISTS schema_version (
+        """CREATE TABLE IF NOT EXISTS {ks}.schema_version (
             component text PRIMARY KEY,
             version int,
             applied_at timestamp)""",
     ],
+    # Readers hand an abandoned reservation to repair with a compare-and-set on its row, and a
+    # late writer closes it with one, so the two can never both win (see monoton.py).
+    2: ["ALTER TABLE {ks}.monoton ADD IF NOT EXISTS skipped boolean"],
 }
 
 
@@ -152,12 +155,7 @@ def bootstrap(session: Session, keyspace: str) -> int:
         if version <= have:
             continue
         for statement in MIGRATIONS[version]:
-            session.execute(
-                statement.replace(
-                    "CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE IF NOT EXISTS {keyspace}."
-                ),
-                timeout=60,
-            )
+            session.execute(statement.replace("{ks}.", f"{keyspace}."), timeout=60)
         session.execute(
             f"INSERT INTO {keyspace}.schema_version (component, version, applied_at) "
             "VALUES ('cassieq', %s, toTimestamp(now()))",
