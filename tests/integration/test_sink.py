@@ -60,6 +60,16 @@ def expected_df(spark, values: list[str], headers=None):
     return spark.createDataFrame(rows, READ_SCHEMA)
 
 
+def full_message(exc: BaseException) -> str:
+    """The error text with the JVM cause chain (a streaming failure wraps the task's error)."""
+    parts = [str(exc)]
+    java = getattr(exc, "_origin", None)
+    while java is not None:
+        parts.append(str(java.toString()))
+        java = java.getCause()
+    return "\n".join(parts)
+
+
 def write_text_files(directory: Path, files: dict[str, list[str]]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, lines in files.items():
@@ -373,20 +383,28 @@ def test_null_value_in_stream_rolls_back_written_chunks(
     write_text_files(src, {"f.txt": [f"l{i}" for i in range(500)]})
     df = sspark.readStream.format("text").load(str(src))
     df = df.select(F.when(F.col("value") == "l450", None).otherwise(F.col("value")).alias("value"))
-    query = (
-        df.writeStream.format("cassieq")
-        .options(**cassieq_options)
-        .option("queue", queue_name)
-        .option("idBlockSize", "100")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    started = time.monotonic()
-    with pytest.raises(Exception) as err:
-        query.awaitTermination(TIMEOUT)
+    # Big inputs reach the writer in many Arrow batches; small batches make this one do too,
+    # so the chunks before the null are written before the null is seen.
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = sspark.conf.get(key)
+    sspark.conf.set(key, "50")
+    try:
+        query = (
+            df.writeStream.format("cassieq")
+            .options(**cassieq_options)
+            .option("queue", queue_name)
+            .option("idBlockSize", "100")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        started = time.monotonic()
+        with pytest.raises(Exception) as err:
+            query.awaitTermination(TIMEOUT)
+    finally:
+        sspark.conf.set(key, before)
     assert time.monotonic() - started < TIMEOUT
-    assert "column 'value' is null at row 450" in str(err.value)
+    assert "column 'value' is null at row 450" in full_message(err.value)
     all_rows = stored_rows(queue_client, queue_name, include_dead=True)
     assert len(all_rows) >= 400, "the chunks before the null were not written: test proves nothing"
     assert stored_rows(queue_client, queue_name) == []
