@@ -1,0 +1,100 @@
+"""Suite 2: consume-and-ack with an AvailableNow query vs a plain raw-driver scan of the same rows.
+
+Each repeat fills a fresh queue with ``n`` messages (``put_many``), consumes it with
+``readStream.format("cassieq")`` and ``Trigger.AvailableNow`` into the ``noop`` sink (the acks
+happen on commit, inside the timed run), then scans the same rows with the raw driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+
+from . import baseline_driver as bd
+from .common import BenchConfig, client, payloads, register_cassieq, summarize, unique_queue
+
+log = logging.getLogger("bench.source")
+
+
+def fill(c, queue: str, n: int, size: int = 100, salt: int = 0) -> None:
+    data = payloads(n, size, salt)
+    for i in range(0, n, 10_000):
+        c.put_many(queue, data[i : i + 10_000])
+
+
+def consume(spark, cfg: BenchConfig, queue: str, extra: dict | None = None) -> dict:
+    """One AvailableNow run over ``queue`` into the noop sink; rows, wall and batch seconds."""
+    ckpt = tempfile.mkdtemp(prefix="bench-src-ckpt-")
+    try:
+        t0 = time.perf_counter()
+        reader = spark.readStream.format("cassieq").options(**cfg.options(queue))
+        for k, v in (extra or {}).items():
+            reader = reader.option(k, v)
+        q = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(f"source query failed: {q.exception()}")
+        progress = q.recentProgress
+        rows = sum(p["numInputRows"] for p in progress)
+        batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000.0
+        return {"rows": rows, "wall": wall, "batch_seconds": batch_s, "batches": len(progress)}
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def run(spark, cfg: BenchConfig) -> dict:
+    register_cassieq(spark)
+    n = cfg.source_rows
+    src_rates, src_wall_rates, scan_rates, acked = [], [], [], []
+    with client(cfg) as c:
+        warm = unique_queue("src-warm")
+        c.create_queue(warm)
+        fill(c, warm, 2000)
+        consume(spark, cfg, warm)
+        for rep in range(cfg.repeats):
+            queue = unique_queue("src")
+            info = c.create_queue(queue)
+            fill(c, queue, n, salt=rep)
+            r = consume(spark, cfg, queue)
+            if r["rows"] != n:
+                raise RuntimeError(f"source query delivered {r['rows']} rows, expected {n}")
+            src_rates.append(n / r["batch_seconds"])
+            src_wall_rates.append(n / r["wall"])
+            st = c.stats(queue)
+            acked.append({"acked": st.get("acked"), "backlog": st.get("backlog")})
+            target = bd.Target(
+                cfg.contact_points, cfg.port, cfg.keyspace, str(info.queue_id), info.bucket_size
+            )
+            buckets = list(range(0, (n + info.bucket_size - 1) // info.bucket_size))
+            s = bd.scan_rows(target, buckets, cfg.processes)
+            if s["rows"] != n:
+                raise RuntimeError(f"driver scan read {s['rows']} rows, expected {n}")
+            scan_rates.append(s["rate"])
+            log.info(
+                "source rep %d: %.0f/s (wall %.0f/s), scan %.0f/s",
+                rep,
+                src_rates[-1],
+                src_wall_rates[-1],
+                scan_rates[-1],
+            )
+    s, w, d = summarize(src_rates), summarize(src_wall_rates), summarize(scan_rates)
+    return {
+        "rows": n,
+        "processes": cfg.processes,
+        "source_rate": s,
+        "source_wall_rate": w,
+        "scan_rate": d,
+        "ratio_vs_scan": s["median"] / d["median"],
+        "wall_ratio_vs_scan": w["median"] / d["median"],
+        "after_run": acked,
+        "connector_read": "not measured: no Spark Cassandra Connector release for Spark 4.x",
+    }
