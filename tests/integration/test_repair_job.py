@@ -92,7 +92,7 @@ def _skip_blocks(client, queue, blocks: int, ids_per_block: int = 1):
     msg = client.get(queue.name)
     assert msg is not None and msg.id == marker, "the reader should pass the abandoned blocks"
     assert client.ack(queue.name, msg.pop_receipt)
-    assert pointers.read(conn, queue).reader > held[-1].lo
+    assert pointers.read(conn, queue).reader > marker
     return held
 
 
@@ -477,3 +477,47 @@ def test_loop_runs_passes_until_terminated(queue_client, queue, cassieq_options)
     assert job.returncode == 0, job.stderr.read()
     passes = [json.loads(line)["pass"] for line in lines]
     assert passes[:2] == [1, 2]
+
+
+# -- a republisher that died holding its block ---------------------------------------------------
+
+
+def _dead_republisher(client, queue):
+    """A late message X whose republish block B was reserved by a repair that then died, and
+    that readers have since passed (B is recorded as skipped)."""
+    [x] = _skip_blocks(client, queue, 1)
+    write_messages(client.conn, queue, x.lo, [b"late-x"])
+    block = monoton.reserve_keyed(client.conn, queue, f"repair:{x.lo}#0", 1)
+    _skip_blocks(client, queue, 0)  # readers pass B once it is older than the repair timeout
+    assert {r.lo for r in _skipped_rows(client, queue)} == {x.lo, block.lo}
+    return x, block
+
+
+def test_rerun_after_a_dead_republisher_delivers_once(spark, queue_client, queue, config):
+    x, block = _dead_republisher(queue_client, queue)
+    # X's repair finds B open and old: it pushes B's repair back, then writes X's copy into B.
+    [first] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert first.republished == 1 and first.pending_ranges == 1
+    assert _drain(queue_client, queue.name) == []  # readers skip B: its repair delivers it
+    time.sleep(TIMEOUT + 0.2)
+    [second] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert second.republished == 1 and second.pending_ranges == 0
+    got = _drain(queue_client, queue.name)
+    assert [(m.payload, m.headers[HEADER_ORIGIN_ID]) for m in got] == [(b"late-x", str(x.lo))]
+    assert got[0].id not in (x.lo, block.lo)
+
+
+def test_republish_moves_on_when_its_block_was_repaired_without_it(
+    spark, queue_client, queue, config
+):
+    x, block = _dead_republisher(queue_client, queue)
+    [b_range] = [r for r in repair.skipped_ranges(queue_client.conn, queue) if r.lo == block.lo]
+    assert repair.repair_range(queue_client.conn, queue_client.counters, queue, b_range) == (0, 1)
+    [report] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert report.republished == 1 and report.pending_ranges == 0
+    got = _drain(queue_client, queue.name)
+    assert [(m.payload, m.headers[HEADER_ORIGIN_ID]) for m in got] == [(b"late-x", str(x.lo))]
+    assert got[0].id not in (x.lo, block.lo)
+    [again] = run_pass(spark, config, [queue.name], RepairSettings())
+    assert again.republished == 0
+    assert _drain(queue_client, queue.name) == []
