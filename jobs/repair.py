@@ -8,8 +8,11 @@
 ``python jobs/repair.py ...`` does the same on a local Spark (``local[2]`` unless ``--master``
 or ``spark.master`` say otherwise). Connection flags fall back to ``CASSIEQ_*`` variables.
 
-Output: one JSON object per queue and pass on its own line of stdout, in queue-name order (so
-the last line is the last queue's report); logs and progress go to stderr.
+Output: one JSON object per queue and pass on its own line of stdout, in the order the queues
+were named (``--all-queues``: name order), so the last line is the last queue's report. Logs
+and progress go to stderr, and are written before a pass's reports: ``spark-submit`` merges the
+Python driver's stderr into its stdout, so there the JSON lines are still the last ones; pick
+them out as the lines starting with ``{``.
 
 Exit statuses: 0 success; 1 error (cluster unreachable, schema missing, a pass failed);
 2 bad command line or option value; 4 a named queue does not exist.
@@ -178,11 +181,13 @@ def run(args: argparse.Namespace) -> int:
             n += 1
             started = time.monotonic()
             reports = run_pass(spark, config, names, settings)
-            for report in reports:
-                print(json.dumps({**report.as_dict(), "pass": n}, sort_keys=True), flush=True)
             log.info(
                 "pass %d over %d queues done in %.1f s", n, len(reports), time.monotonic() - started
             )
+            # Logged before, not after: spark-submit merges the driver's stderr into stdout.
+            sys.stderr.flush()
+            for report in reports:
+                print(json.dumps({**report.as_dict(), "pass": n}, sort_keys=True), flush=True)
             if not args.loop or stop.requested:
                 return EXIT_OK
             deadline = time.monotonic() + args.interval
@@ -202,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
+        force=True,  # spark-submit's Python may have set up a handler on stdout already
     )
     if not args.verbose:
         # The driver logs connection trouble as warnings; our one-line error says it better.
