@@ -69,9 +69,7 @@ ROWS_PER_BATCH = 4096
 READ_WINDOW = 64  # concurrent single-row reads for the timer path
 CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 
-READ_COLUMNS = (
-    "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
-)
+READ_COLUMNS = "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
 STATE_COLUMNS = "id, visible_at, version, invisible_until, acked, dead"
 
 ARROW_SCHEMA = to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")
@@ -222,7 +220,9 @@ class _BatchBuilder:
     def flush(self) -> pa.RecordBatch | None:
         if not self.cols[0]:
             return None
-        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, ARROW_SCHEMA, strict=True)]
+        arrays = [
+            pa.array(col, type=f.type) for col, f in zip(self.cols, ARROW_SCHEMA, strict=True)
+        ]
         self._clear()
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
@@ -376,7 +376,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 conn, queue = self._connect()
                 now = time.time()
-                p = pointers.acquire_lease(conn, queue, self.owner, self.settings.lease_timeout, now)
+                p = pointers.acquire_lease(
+                    conn, queue, self.owner, self.settings.lease_timeout, now
+                )
                 if p.lease_held(now, by=self.owner):
                     self._lease_until = now + self.settings.lease_timeout
                 elif p.lease_held(now):
