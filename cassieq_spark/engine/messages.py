@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from cassandra.query import BatchStatement, BatchType
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 
 from ..errors import ConfigError, PayloadTooLargeError
 from . import timers as timer_rows
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # Cassandra warns above 5 KiB and fails above 50 KiB per batch by default: stay well below.
 BATCH_MAX_BYTES = 24 * 1024
-BATCH_MAX_ROWS = 64
+BATCH_MAX_ROWS = 128
 IN_FLIGHT = 48  # concurrent requests per writer
 
 _INSERT = (
@@ -102,16 +104,16 @@ class Pipeline:
     def __init__(self, conn: Connection, in_flight: int = IN_FLIGHT):
         self.conn = conn
         self.limit = in_flight
-        self.futures: list = []
+        self.futures: deque = deque()
 
     def submit(self, statement, params=None) -> None:
         if len(self.futures) >= self.limit:
             # Waiting on the oldest keeps ordering simple and the window full.
-            self.futures.pop(0).result()
+            self.futures.popleft().result()
         self.futures.append(self.conn.session.execute_async(statement, params))
 
     def drain(self) -> None:
-        futures, self.futures = self.futures, []
+        futures, self.futures = self.futures, deque()
         error = None
         for f in futures:
             try:
@@ -120,6 +122,23 @@ class Pipeline:
                 error = error or exc
         if error is not None:
             raise error
+
+
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+
+
+def _timestamp_bytes(value: dt.datetime) -> bytes:
+    return _INT64.pack(round(to_epoch(value) * 1000))
+
+
+def _map_bytes(headers: dict[str, str]) -> bytes:
+    """A frozen map<text, text> in the native protocol (v3+) encoding."""
+    parts = [_INT32.pack(len(headers))]
+    for k, v in headers.items():
+        kb, vb = k.encode("utf-8"), v.encode("utf-8")
+        parts += (_INT32.pack(len(kb)), kb, _INT32.pack(len(vb)), vb)
+    return b"".join(parts)
 
 
 def write_messages(
@@ -136,34 +155,64 @@ def write_messages(
 
     Payloads must already be bytes within the size limit. Delayed messages also get a timer
     so they come back when due even after readers have passed their id.
+
+    This is the sink's hot path. Values are serialized here rather than by the driver's
+    ``bind`` (which re-encodes the constant queue id, timestamp and TTL for every row); absent
+    headers and delays are sent as *unset*, not null, which would write a tombstone per cell.
     """
     stmt = conn.prepare(_INSERT)
+    query_id = stmt.query_id
     now_dt = enqueued_at or utcnow()
     now = to_epoch(now_dt)
-    qid, size, ttl = queue.queue_id, queue.bucket_size, queue.ttl
+    size = queue.bucket_size
+    qid_b = queue.queue_id.bytes
+    now_b = _timestamp_bytes(now_dt)
+    ttl_b = _INT32.pack(queue.ttl)
+    pack64 = _INT64.pack
     pipe = pipeline or Pipeline(conn)
     n = len(payloads)
     timers: list[tuple[float, int]] = []
-    for _bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        rows = nbytes = 0
+    last_h: dict | None = None  # put_many and the sink often repeat one headers dict
+    last_hb = UNSET_VALUE
+    for bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
+        bucket_b = pack64(bucket)
+        batch = rows = nbytes = None
         for mid in range(lo, hi):
             i = mid - first_id
-            visible_at = None
+            visible_b = UNSET_VALUE
             if delays is not None and delays[i]:
                 due = now + delays[i]
-                visible_at = from_epoch(due)
+                visible_b = _timestamp_bytes(from_epoch(due))
                 timers.append((due, mid))
             h = headers[i] if headers is not None else None
+            if h is not last_h:
+                last_h, last_hb = h, (_map_bytes(h) if h else UNSET_VALUE)
             data = payloads[i]
-            if rows and (rows >= BATCH_MAX_ROWS or nbytes + len(data) > BATCH_MAX_BYTES):
-                pipe.submit(batch)
+            values = [
+                qid_b,
+                bucket_b,
+                pack64(mid),
+                data,
+                last_hb,
+                now_b,
+                visible_b,
+                ttl_b,
+            ]
+            if batch is None or rows >= BATCH_MAX_ROWS or nbytes + len(data) > BATCH_MAX_BYTES:
+                if batch is not None:
+                    pipe.submit(batch)
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                rows = nbytes = 0
-            batch.add(stmt, (qid, bucket_of(mid, size), mid, data, h, now_dt, visible_at, ttl))
+                # The first row goes through the public API: it sets the batch's routing key
+                # (the bucket's partition) for token-aware routing.
+                bound = BoundStatement(stmt)
+                bound.values = values
+                batch.add(bound)
+                rows, nbytes = 1, len(data) + 64
+                continue
+            batch._add_statement_and_params(True, query_id, values)
             rows += 1
             nbytes += len(data) + 64
-        if rows:
+        if batch is not None:
             pipe.submit(batch)
     for due, mid in timers:
         for bound in timer_rows.statements(conn, queue, due, mid):
