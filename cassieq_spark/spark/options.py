@@ -170,6 +170,15 @@ def _common(o: dict[str, str], role: str) -> CommonOptions:
     return CommonOptions(connection, queue, create, settings, o)
 
 
+def check_any_role(options: Mapping[str, str]) -> None:
+    """Options that neither the sink nor the source accepts, or a bad common option, fail."""
+    o = _lower(options)
+    check_known(
+        o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SINK_OPTIONS, **SOURCE_OPTIONS}, "format"
+    )
+    _common(o, "source")
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     common: CommonOptions

@@ -27,6 +27,16 @@ class CassieQDataSource(DataSource):
         return "cassieq"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema in load(): the place to reject bad options before a
+        # query starts. A write also passes through here, so sink-only options are let by.
+        from .options import SINK_OPTIONS, check_any_role
+
+        if {str(k).lower() for k in self.options} & set(SINK_OPTIONS):
+            check_any_role(self.options)
+        else:
+            from .source import parse_source_settings
+
+            parse_source_settings(self.options)
         return SOURCE_SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

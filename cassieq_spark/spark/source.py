@@ -64,6 +64,8 @@ from .schema import SOURCE_SCHEMA
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_TIMEOUT = 15.0
+DEFAULT_MIN_IDS_PER_PARTITION = 10_000
+DEFAULT_MAX_IDS_PER_PARTITION = 100_000
 MIN_LEASE_TIMEOUT = 3.0
 ROWS_PER_BATCH = 4096
 READ_WINDOW = 64  # concurrent single-row reads for the timer path
@@ -94,9 +96,12 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
     parsed = source_options(options)
     raw = parsed.common.raw
     connection = tuple(sorted((k, str(v)) for k, v in raw.items() if k in CONNECTION_OPTIONS))
-    max_ids = parsed.int_option("maxIdsPerPartition", None, 1)
-    min_ids = parsed.int_option("minIdsPerPartition", None, 1)
-    if max_ids is not None and min_ids is not None and min_ids > max_ids:
+    max_ids = parsed.int_option("maxIdsPerPartition", DEFAULT_MAX_IDS_PER_PARTITION, 1)
+    given_min = parsed.int_option("minIdsPerPartition", None, 1)
+    # A Spark task costs a few hundred ms here; a 1,000-id bucket is far less work than that,
+    # so small buckets are grouped by default.
+    min_ids = min(DEFAULT_MIN_IDS_PER_PARTITION, max_ids) if given_min is None else given_min
+    if min_ids > max_ids:
         raise ConfigError(
             f"option 'minIdsPerPartition' ({min_ids}) must not exceed 'maxIdsPerPartition' ({max_ids})"
         )

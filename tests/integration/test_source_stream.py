@@ -246,3 +246,20 @@ def test_missing_queue_option_and_missing_queue(sspark, cassieq_options, tmp_pat
         opts = {**cassieq_options, "queue": "no_such_queue_here"}
         q = start(sspark, opts, Collector(), tmp_path / "b", {"availableNow": True})
         q.awaitTermination(120)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"maxMessagesPerTriger": "5"}, "unknown option 'maxmessagespertriger'"),
+        ({"maxMessagesPerTrigger": "abc"}, "maxMessagesPerTrigger' must be an integer"),
+        ({"port": "99999"}, "port must be from 1 to 65535"),
+    ],
+)
+def test_bad_options_fail_at_load(sspark, queue_name, cassieq_options, extra, message):
+    """load() itself fails (no query is started), with the option named."""
+    opts = {**cassieq_options, "queue": queue_name, **extra}
+    with pytest.raises(Exception, match=message):
+        sspark.readStream.format("cassieq").options(**opts).load()
+    with pytest.raises(Exception, match=message):
+        sspark.read.format("cassieq").options(**opts).load()
