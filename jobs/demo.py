@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from cassieq_spark import QueueClient  # noqa: E402
+from cassieq_spark import QueueClient, QueueNotFoundError  # noqa: E402
 from cassieq_spark.local_cassandra import LocalCassandra  # noqa: E402
 
 QUEUE = "demo"
@@ -65,17 +66,15 @@ def run(args) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from cassieq_spark.spark import register
     from cassieq_spark.config import connection_from_options
+    from cassieq_spark.spark import register
     from cassieq_spark.spark.repair_job import RepairSettings, run_pass
 
     options = {"contactPoints": "127.0.0.1", "port": str(args.port), "keyspace": "cassieq"}
     with QueueClient.from_options(options) as client:
         client.bootstrap(create_keyspace=True)
-        try:
+        with contextlib.suppress(QueueNotFoundError):  # a previous run's queue goes first
             client.delete_queue(QUEUE)
-        except Exception:  # no such queue yet: nothing to clean up
-            pass
         client.create_queue(QUEUE, bucket_size=1000, repair_timeout=5.0)
         say(f"queue {QUEUE!r} created in keyspace 'cassieq' (bucket size 1000)")
 
