@@ -194,7 +194,7 @@ def test_two_queries_write_one_queue(sspark, cassieq_options, queue_client, queu
 
 RETRY_SCRIPT = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     from pathlib import Path
     from pyspark import TaskContext
     from pyspark.sql import SparkSession, functions as F
@@ -205,20 +205,28 @@ RETRY_SCRIPT = textwrap.dedent(
         SparkSession.builder.master("local[2,3]")  # up to 3 attempts per task
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # small Arrow batches: the writer gets (and writes) rows before the failing row
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
 
-    def fail_once(v):
+    def fail_once(batches):
+        # A task that fails on its first attempt when it reaches row "...-line300", after the
+        # rows before it went down the pipeline to the writer.
         ctx = TaskContext.get()
-        if v.endswith("-line300") and ctx.attemptNumber() == 0:
-            Path(marker_dir, f"failed-{v}").touch()
-            raise RuntimeError("injected failure after 300 rows")
-        return v
+        for batch in batches:
+            for start in range(0, batch.num_rows, 50):
+                part = batch.slice(start, 50)
+                if ctx.attemptNumber() == 0:
+                    hit = [v for v in part.column(0).to_pylist() if v.endswith("-line300")]
+                    if hit:
+                        Path(marker_dir, f"failed-{hit[0]}").touch()
+                        raise RuntimeError("injected failure after 300 rows")
+                yield part
 
-    fail_udf = F.udf(fail_once, "string")
-    df = spark.readStream.format("text").load(src).select(fail_udf("value").alias("value"))
+    df = spark.readStream.format("text").load(src).mapInArrow(fail_once, "value string")
     q = (
         df.writeStream.format("cassieq").options(**options).option("queue", queue)
         .option("idBlockSize", "64").option("checkpointLocation", ckpt)
@@ -228,8 +236,8 @@ RETRY_SCRIPT = textwrap.dedent(
     if q.exception() is not None:
         raise SystemExit(f"query failed: {q.exception()}")
     batch = spark.range(0, 500, numPartitions=1).select(
-        fail_udf(F.format_string("batch-line%d", "id")).alias("value")
-    )
+        F.format_string("batch-line%d", "id").alias("value")
+    ).mapInArrow(fail_once, "value string")
     batch.write.format("cassieq").options(**options).option("queue", queue).option(
         "idBlockSize", "64"
     ).mode("append").save()
@@ -239,6 +247,10 @@ RETRY_SCRIPT = textwrap.dedent(
 
 
 def test_retried_tasks_add_nothing_twice(cassieq_options, queue_client, queue_name, tmp_path):
+    # Real Spark task retries (local[2,3]). Observed here: the first attempt fails before the
+    # writer's Python worker has taken any row, so this proves the retry path end to end; the
+    # half-written cases are covered by test_null_value_in_stream_rolls_back_written_chunks
+    # (rollback) and test_task_after_crashed_attempt_rewrites_same_ids (open block rewritten).
     queue_client.create_queue(queue_name, bucket_size=100)
     src = tmp_path / "in"
     lines = [f"s-line{i}" for i in range(500)]
@@ -410,3 +422,38 @@ def test_null_value_in_stream_rolls_back_written_chunks(
     assert stored_rows(queue_client, queue_name) == []
     info = queue_client.get_queue(queue_name)
     assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
+
+
+def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_client, queue_name):
+    """An attempt that died mid-write (no rollback ran) left an open keyed block; the retry
+    rewrites the same ids and closes it. Runs the task code directly, as a retried Spark task
+    of a batch write would (same write id, same partition)."""
+    import pyarrow as pa
+
+    from cassieq_spark.spark.options import resolve_queue, sink_options
+    from cassieq_spark.spark.sink import InputLayout, SinkPlan, _arrow_slices, _TaskWrite
+
+    queue_client.create_queue(queue_name, bucket_size=100)
+    opts = sink_options({**cassieq_options, "queue": queue_name, "idBlockSize": "64"})
+    info = resolve_queue(queue_client.conn, opts.common)
+    plan = SinkPlan(opts, info, InputLayout(0, True, None, None), False, "crashed-write")
+    values = [f"v{i}" for i in range(150)]  # chunks of 64, 64, 22
+
+    # the dead attempt: reserved chunk 0 under its key and wrote half of it, then vanished
+    first = monoton.reserve_keyed(queue_client.conn, info, "w:crashed-write:0:0", 64)
+    messages.write_messages(queue_client.conn, info, first.lo, [v.encode() for v in values[:32]])
+
+    task = _TaskWrite(plan)
+    batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
+    msg = task.run(_arrow_slices(task, iter([batch])))
+    assert msg.written == 150 and msg.replayed == 0
+    assert msg.blocks[0] == (first.lo, first.hi)
+    rows = stored_rows(queue_client, queue_name, include_dead=True)
+    assert [bytes(r.payload).decode() for r in rows] == values
+    assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
+
+    # and a further replay of the finished task writes nothing
+    again = _TaskWrite(plan)
+    msg = again.run(_arrow_slices(again, iter([batch])))
+    assert msg.written == 0 and msg.replayed == 150
+    assert len(stored_rows(queue_client, queue_name, include_dead=True)) == 150
