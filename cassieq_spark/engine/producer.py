@@ -18,23 +18,25 @@ log = logging.getLogger(__name__)
 def abort(
     conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
 ) -> None:
-    """Undo a failed write: rows already written are marked dead (so no reader delivers half a
-    block), the block is given back, and a keyed block is forgotten so a retry starts afresh."""
-    upto = res.hi if written is None else res.lo + written
-    pipe = Pipeline(conn)
-    for mid in range(res.lo, upto):
-        pipe.submit(
-            conn.prepare(
-                "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
-            ),
-            (queue.queue_id, bucket_of(mid, queue.bucket_size), mid),
-        )
-    pipe.drain()
+    """Undo a failed write: a keyed block is forgotten so a retry starts afresh, rows already
+    written are marked dead (so no reader delivers half a block), the block is given back.
+
+    The key goes first: if the rollback itself fails midway, a retry takes a new block instead
+    of rewriting rows that may already be marked dead (a loss); the worst case left is the
+    abandoned block's rows being republished by repair next to the retry's (a duplicate)."""
     if res.key:
         conn.execute(
             "DELETE FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
             (queue.queue_id, res.key),
         )
+    upto = res.hi if written is None else res.lo + written
+    pipe = Pipeline(conn)
+    stmt = conn.prepare(
+        "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+    )
+    for mid in range(res.lo, upto):
+        pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+    pipe.drain()
     monoton.close(conn, queue, res, released=True).result()
 
 
