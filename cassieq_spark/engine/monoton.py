@@ -39,6 +39,8 @@ OPEN_TTL = 14 * 24 * 3600  # an open reservation outlives any repair timeout
 CLOSED_TTL = 24 * 3600  # closed rows are only needed until repair has passed them
 MAX_ATTEMPTS = 200
 
+_last_next: dict = {}  # queue_id -> the counter after this process's last reservation
+
 _RESERVE = (
     "BEGIN BATCH "
     "UPDATE {ks}.monoton SET next = ? WHERE queue_id = ? IF next = ?; "
@@ -98,9 +100,14 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
         raise ValueError(f"a reservation holds 1..{MAX_BLOCK} ids, asked for {count}")
     owner = f"{owner_hint}:{uuid.uuid4().hex[:12]}" if owner_hint else uuid.uuid4().hex[:12]
     started = time.monotonic()
-    current = _read_next(conn, queue, serial=False)
+    # The counter as this process last left it is a good first guess for a lone writer (then
+    # no read at all). A wrong guess costs a failed CAS, dearer than a read, so after a race
+    # the next reservation reads first.
+    current = _last_next.get(queue.queue_id)
+    if current is None:
+        current = _read_next(conn, queue, serial=False)
     delay = 0.002
-    for _attempt in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS):
         lo, hi = current, current + count
         try:
             res = conn.execute(
@@ -115,6 +122,10 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
             current = _read_next(conn, queue, serial=True)
             continue
         if res.was_applied:
+            if attempt == 0:
+                _last_next[queue.queue_id] = hi
+            else:
+                _last_next.pop(queue.queue_id, None)
             return Reservation(lo, hi, owner, reserved_at=started)
         row = res.one()
         seen = getattr(row, "next", None)
