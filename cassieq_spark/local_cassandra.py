@@ -388,7 +388,23 @@ class LocalCassandra:
     # --- start / stop --------------------------------------------------------------------------
     def start(self) -> list[NodeReady]:
         """Start every node that is not running, one after another, and wait for CQL on each."""
-        return [self.start_node(i) for i in range(1, self.nodes + 1)]
+        return [self._start_joining(i) for i in range(1, self.nodes + 1)]
+
+    def _start_joining(self, index: int, attempts: int = 3) -> NodeReady:
+        """A joining node sometimes gives up on a seed that is busy (seen on 2 loaded cores:
+        "Unable to contact any seeds"). It never joined, so its data can go and it can retry."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.start_node(index)
+            except CassandraError as exc:
+                if index == 1 or attempt == attempts or self.is_node_running(index):
+                    raise
+                log.warning("node %d failed to join (%s); retrying from scratch", index, exc)
+                node = self.node(index)
+                for sub in ("data", "commitlog", "saved_caches", "hints"):
+                    shutil.rmtree(node.node_dir / sub, ignore_errors=True)
+                time.sleep(5)
+        raise AssertionError("unreachable")
 
     def start_node(self, index: int) -> NodeReady:
         node = self.node(index)

@@ -352,10 +352,13 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._renewer.start()
 
     def _wait_for_lease(self, seen: pointers.Pointers) -> pointers.Pointers:
-        """Another owner holds the lease: take it once it lapses, fail if its holder renews it."""
+        """Another owner holds the lease: take it once it lapses; fail if it is still held
+        after two lease periods. A stopped query's reader process can renew once more before
+        Spark kills it, so one renewal alone does not prove a live holder."""
         conn, queue = self._connect()
         timeout = self.settings.lease_timeout
-        deadline = time.time() + timeout + 2.0
+        period = max(timeout, seen.lease_until - time.time())
+        deadline = time.time() + 2 * period + 2.0
         log.info(
             "queue %s: lease held by %s until %s; waiting for it to lapse",
             queue.name,
@@ -369,9 +372,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if p.lease_held(now, by=self.owner):
                 log.info("queue %s: took over the consumer lease as %s", queue.name, self.owner)
                 return p
-            renewed = p.lease_owner != seen.lease_owner or p.lease_until > seen.lease_until + 1e-3
-            if renewed or now > deadline:
+            if now > deadline:
                 raise self._busy(p)
+            seen = p
 
     def _renew_loop(self) -> None:
         # Keeps the lease while a long batch runs (latestOffset is not called meanwhile). The
