@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .client import QueueClient
-from .config import connection_from_options, env_defaults
+from .config import add_connection_flags, connection_from_options, options_from_flags
 from .errors import CassieQError, QueueNotFoundError, StaleReceiptError
 
 log = logging.getLogger(__name__)
@@ -58,13 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    g = p.add_argument_group("connection")
-    g.add_argument("--contact-points", help="comma-separated hosts (default 127.0.0.1)")
-    g.add_argument("--port", help="CQL port (default 9042)")
-    g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
-    g.add_argument("--local-dc", help="the client's local data center")
-    g.add_argument("--username")
-    g.add_argument("--password", help="better given as CASSIEQ_PASSWORD (not visible in ps)")
+    add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -119,19 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    opts = env_defaults()
-    for flag, name in (
-        ("contact_points", "contactPoints"),
-        ("port", "port"),
-        ("keyspace", "keyspace"),
-        ("local_dc", "localDc"),
-        ("username", "username"),
-        ("password", "password"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            opts[name] = value
-    return opts
+    return options_from_flags(args)
 
 
 def _run(args: argparse.Namespace, client: QueueClient) -> int:

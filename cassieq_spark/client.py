@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from .config import ConnectionConfig, connection_from_options
+from .config import ConnectionConfig, connection_from_options, seconds
 from .engine import consumer as consumer_mod
 from .engine import monoton, queues, schema
 from .engine.buckets import DEFAULT_BUCKET_SIZE
@@ -37,13 +37,7 @@ QUEUE_CACHE_SECONDS = 5.0
 
 
 def _delay(value: float, what: str = "delay") -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
-    if v != v or v < 0 or v == float("inf"):
-        raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
-    return v
+    return seconds(value, what)
 
 
 class QueueClient:

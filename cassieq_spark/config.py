@@ -6,6 +6,7 @@ as keyword arguments. All of them end up in one :class:`ConnectionConfig`, valid
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import ssl
@@ -234,3 +235,47 @@ def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         "CONSISTENCY": "consistency",
     }
     return {opt: env[ENV_PREFIX + k] for k, opt in names.items() if env.get(ENV_PREFIX + k)}
+
+
+# -- command lines (`cassieq`, jobs/repair.py) ---------------------------------------------------
+
+_FLAGS = (
+    ("contact_points", "contactPoints"),
+    ("port", "port"),
+    ("keyspace", "keyspace"),
+    ("local_dc", "localDc"),
+    ("username", "username"),
+    ("password", "password"),
+)
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """The connection flags every command line of the project takes (CASSIEQ_* fall-backs)."""
+    g = parser.add_argument_group("connection")
+    g.add_argument("--contact-points", help="comma-separated hosts (default 127.0.0.1)")
+    g.add_argument("--port", help="CQL port (default 9042)")
+    g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
+    g.add_argument("--local-dc", help="the local data center of this client")
+    g.add_argument("--username")
+    g.add_argument("--password", help="better given as CASSIEQ_PASSWORD (not visible in ps)")
+
+
+def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
+    """Spark-style connection options: the flags given, else ``CASSIEQ_*`` variables."""
+    opts = env_defaults()
+    for flag, name in _FLAGS:
+        value = getattr(args, flag, None)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def seconds(value: object, what: str) -> float:
+    """A finite, non-negative number of seconds, or a ConfigError naming ``what``."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
+    if v != v or v < 0 or v == float("inf"):
+        raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    return v

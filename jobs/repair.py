@@ -36,8 +36,9 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from cassieq_spark.config import (  # noqa: E402
+    add_connection_flags,
     connection_from_options,
-    env_defaults,
+    options_from_flags,
     validate_queue_name,
 )
 from cassieq_spark.errors import CassieQError, ConfigError, QueueNotFoundError  # noqa: E402
@@ -84,13 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue", action="append", metavar="NAME", help="a queue to repair (repeatable)"
     )
     which.add_argument("--all-queues", action="store_true", help="repair every queue")
-    g = p.add_argument_group("connection")
-    g.add_argument("--contact-points", help="comma-separated hosts (default 127.0.0.1)")
-    g.add_argument("--port", help="CQL port (default 9042)")
-    g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
-    g.add_argument("--local-dc", help="the job's local data center")
-    g.add_argument("--username")
-    g.add_argument("--password", help="better given as CASSIEQ_PASSWORD (not visible in ps)")
+    add_connection_flags(p)
     p.add_argument(
         "--repair-timeout",
         type=_seconds,
@@ -114,19 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    opts = env_defaults()
-    for flag, name in (
-        ("contact_points", "contactPoints"),
-        ("port", "port"),
-        ("keyspace", "keyspace"),
-        ("local_dc", "localDc"),
-        ("username", "username"),
-        ("password", "password"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            opts[name] = value
-    return opts
+    return options_from_flags(args)
 
 
 def _spark(master: str | None):

@@ -8,7 +8,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
-from ..config import validate_queue_name
+from ..config import seconds, validate_queue_name
 from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
 from .session import Connection
@@ -47,13 +47,7 @@ class QueueInfo:
 
 
 def _non_negative(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-    if v != v or v < 0 or v == float("inf"):
-        raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return v
+    return seconds(value, name)
 
 
 def validate_settings(
