@@ -30,8 +30,8 @@ class BenchConfig:
     keyspace: str = BENCH_KEYSPACE
     repeats: int = 3
     processes: int = field(default_factory=lambda: os.cpu_count() or 2)
-    sink_rows: int = 30_000
-    source_rows: int = 20_000
+    sink_rows: int = 100_000  # smaller runs measure query start-up more than writing
+    source_rows: int = 100_000
     flatness_history: int = 200_000
     flatness_rows: int = 10_000
     engine_messages: int = 300

@@ -386,6 +386,16 @@ def table_rows(results: dict) -> list[dict]:
             "raw driver scan",
             src["wall_ratio_vs_scan"],
         )
+        if "spark_read_rate" in src:
+            add(
+                "2 source",
+                "AvailableNow consume+ack, incl. query start",
+                src["source_wall_rate"],
+                "msg/s",
+                src["spark_read_rate"],
+                "plain spark.read, same rows",
+                src["wall_ratio_vs_spark_read"],
+            )
     lat = s.get("latency", {})
     for trig, r in (lat.get("triggers") or {}).items():
         rows.append(

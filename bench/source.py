@@ -1,6 +1,7 @@
 """Suite 2: consume-and-ack with an AvailableNow query vs a plain raw-driver scan of the same rows.
 
-Each repeat fills a fresh queue with ``n`` messages (``put_many``), consumes it with
+Each repeat fills a fresh queue with ``n`` messages (``put_many``), reads them once with a plain
+Spark batch read (``spark.read.format("cassieq")``, no acks), consumes them with
 ``readStream.format("cassieq")`` and ``Trigger.AvailableNow`` into the ``noop`` sink (the acks
 happen on commit, inside the timed run), then scans the same rows with the raw driver.
 """
@@ -51,10 +52,19 @@ def consume(spark, cfg: BenchConfig, queue: str, extra: dict | None = None) -> d
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
+def spark_read(spark, cfg: BenchConfig, queue: str) -> dict:
+    """A plain Spark batch read of the same messages (``spark.read.format("cassieq")``, the
+    snapshot of unacked messages) into ``noop``: Spark's own cost without stream or acks."""
+    t0 = time.perf_counter()
+    df = spark.read.format("cassieq").options(**cfg.options(queue)).load()
+    df.write.format("noop").mode("overwrite").save()
+    return {"wall": time.perf_counter() - t0, "rows": df.count()}
+
+
 def run(spark, cfg: BenchConfig) -> dict:
     register_cassieq(spark)
     n = cfg.source_rows
-    src_rates, src_wall_rates, scan_rates, acked = [], [], [], []
+    src_rates, src_wall_rates, scan_rates, read_rates, acked = [], [], [], [], []
     with client(cfg) as c:
         warm = unique_queue("src-warm")
         c.create_queue(warm)
@@ -64,6 +74,10 @@ def run(spark, cfg: BenchConfig) -> dict:
             queue = unique_queue("src")
             info = c.create_queue(queue)
             fill(c, queue, n, salt=rep)
+            plain = spark_read(spark, cfg, queue)
+            if plain["rows"] != n:
+                raise RuntimeError(f"spark.read saw {plain['rows']} rows, expected {n}")
+            read_rates.append(n / plain["wall"])
             r = consume(spark, cfg, queue)
             if r["rows"] != n:
                 raise RuntimeError(f"source query delivered {r['rows']} rows, expected {n}")
@@ -87,6 +101,7 @@ def run(spark, cfg: BenchConfig) -> dict:
                 scan_rates[-1],
             )
     s, w, d = summarize(src_rates), summarize(src_wall_rates), summarize(scan_rates)
+    pr = summarize(read_rates)
     return {
         "rows": n,
         "processes": cfg.processes,
@@ -94,6 +109,8 @@ def run(spark, cfg: BenchConfig) -> dict:
         "source_wall_rate": w,
         "scan_rate": d,
         "ratio_vs_scan": s["median"] / d["median"],
+        "spark_read_rate": pr,
+        "wall_ratio_vs_spark_read": w["median"] / pr["median"],
         "wall_ratio_vs_scan": w["median"] / d["median"],
         "after_run": acked,
         "connector_read": "not measured: no Spark Cassandra Connector release for Spark 4.x",
