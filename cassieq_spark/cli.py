@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from .client import QueueClient
 from .config import add_connection_flags, connection_from_options, options_from_flags
-from .errors import CassieQError, QueueNotFoundError, StaleReceiptError
+from .errors import QueueNotFoundError, StaleReceiptError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = EXIT_NOT_FOUND
         elif isinstance(exc, StaleReceiptError):
             status = EXIT_STALE
-        what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"cassieq: error: {what}{text}", file=sys.stderr)
+        print(f"cassieq: error: {one_line(exc)}", file=sys.stderr)
         return status
 
 

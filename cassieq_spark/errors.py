@@ -47,3 +47,9 @@ class ConnectionFailedError(CassieQError):
 
 class ContentionError(CassieQError):
     """A lightweight transaction lost too many races in a row; retry later."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as command lines print it: one line, our own errors without their class name."""
+    what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
+    return what + (" ".join(str(exc).split()) or type(exc).__name__)

@@ -41,7 +41,7 @@ from cassieq_spark.config import (  # noqa: E402
     options_from_flags,
     validate_queue_name,
 )
-from cassieq_spark.errors import CassieQError, ConfigError, QueueNotFoundError  # noqa: E402
+from cassieq_spark.errors import ConfigError, QueueNotFoundError, one_line  # noqa: E402
 
 log = logging.getLogger("cassieq.repair")
 
@@ -209,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             status = EXIT_NOT_FOUND
         elif isinstance(exc, ConfigError):
             status = EXIT_USAGE
-        what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"repair: error: {what}{text[:2000]}", file=sys.stderr)
+        print(f"repair: error: {one_line(exc)[:2000]}", file=sys.stderr)
         return status
 
 
