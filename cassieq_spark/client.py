@@ -23,7 +23,7 @@ from .engine import monoton, queues, schema
 from .engine.buckets import DEFAULT_BUCKET_SIZE
 from .engine.clock import to_epoch
 from .engine.counters import Counters
-from .engine.messages import COLUMNS, Message, check_headers, read_range, to_bytes
+from .engine.messages import COLUMNS, Message, check_headers, is_done, read_range, to_bytes
 from .engine.producer import enqueue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
@@ -34,10 +34,6 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 
 QUEUE_CACHE_SECONDS = 5.0
-
-
-def _delay(value: float, what: str = "delay") -> float:
-    return seconds(value, what)
 
 
 class QueueClient:
@@ -182,7 +178,7 @@ class QueueClient:
     ) -> list[int]:
         """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
         info = self._queue(queue)
-        d = _delay(delay)
+        d = seconds(delay, "delay")
         h = check_headers(dict(headers) if headers is not None else None)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         if not data:
@@ -204,7 +200,7 @@ class QueueClient:
         vt = (
             info.visibility_timeout
             if visibility_timeout is None
-            else _delay(visibility_timeout, "visibility timeout")
+            else seconds(visibility_timeout, "visibility timeout")
         )
         if vt <= 0:
             raise ConfigError("visibility timeout must be > 0 seconds")
@@ -217,7 +213,7 @@ class QueueClient:
     def change_visibility(self, queue: str, pop_receipt: str, timeout: float) -> str:
         """Hide the message for ``timeout`` more seconds (0 releases it now); returns a new receipt."""
         return self._consumer.change_visibility(
-            self._queue(queue), pop_receipt, _delay(timeout, "timeout")
+            self._queue(queue), pop_receipt, seconds(timeout, "timeout")
         )
 
     def _put_dead_letter(self, dlq: str, payload: bytes, headers: dict[str, str], key: str) -> None:
@@ -240,9 +236,7 @@ class QueueClient:
         for row in read_range(
             self.conn, info, ptrs.repair * info.bucket_size, hz.safe_end, COLUMNS
         ):
-            if row.acked or row.dead:
-                continue
-            if row.version is None and row.visible_at is None and row.id < ptrs.reader:
+            if is_done(row, ptrs.reader):
                 continue
             if max(to_epoch(row.visible_at), to_epoch(row.invisible_until)) > now:
                 continue

@@ -26,7 +26,7 @@ from ..errors import QueueBusyError, StaleReceiptError
 from . import monoton, pointers, timers
 from .buckets import bucket_of
 from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
-from .messages import Message, read_one
+from .messages import Message, read_one, read_range
 from .queues import QueueInfo
 from .receipts import PopReceipt
 from .session import Connection
@@ -271,7 +271,7 @@ class Consumer:
             chunk = min(chunk * 2, SCAN_CHUNK)
             candidates = [
                 row
-                for row in _read_chunk(self.conn, queue, pos, end)
+                for row in read_range(self.conn, queue, pos, end, SCAN_COLUMNS)
                 if not (
                     row.acked
                     or row.dead
@@ -357,12 +357,6 @@ class Consumer:
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
-
-
-def _read_chunk(conn: Connection, queue: QueueInfo, lo: int, hi: int):
-    from .messages import read_range
-
-    return read_range(conn, queue, lo, hi, SCAN_COLUMNS)
 
 
 def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:

@@ -87,6 +87,18 @@ def to_bytes(
     return data
 
 
+def is_done(row, reader: int) -> bool:
+    """Nothing more will be delivered for this message row: acked, dead, or consumed by a
+    streaming query (never delivered to a client, not delayed, and behind the reader pointer,
+    which a streaming query moves only over what Spark committed). Needs the columns
+    ``id, version, visible_at, acked, dead``."""
+    return bool(
+        row.acked
+        or row.dead
+        or (row.version is None and row.visible_at is None and row.id < reader)
+    )
+
+
 def check_headers(headers: object, position: int | None = None) -> dict[str, str] | None:
     if headers is None:
         return None

@@ -46,10 +46,6 @@ class QueueInfo:
         return int(self.message_ttl or 0)
 
 
-def _non_negative(name: str, value: float) -> float:
-    return seconds(value, name)
-
-
 def validate_settings(
     *,
     bucket_size: int,
@@ -68,10 +64,10 @@ def validate_settings(
         or max_delivery_count < 1
     ):
         raise ConfigError(f"max delivery count must be an integer >= 1, got {max_delivery_count!r}")
-    vt = _non_negative("visibility timeout", visibility_timeout)
+    vt = seconds(visibility_timeout, "visibility timeout")
     if vt <= 0:
         raise ConfigError("visibility timeout must be > 0 seconds")
-    rt = _non_negative("repair timeout", repair_timeout)
+    rt = seconds(repair_timeout, "repair timeout")
     if dead_letter_queue is not None:
         validate_queue_name(dead_letter_queue, "dead-letter queue name")
         if dead_letter_queue == name:

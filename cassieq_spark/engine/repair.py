@@ -31,7 +31,7 @@ from .buckets import bucket_end, bucket_start
 from .clock import to_epoch
 from .consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from .counters import Counters
-from .messages import read_range, write_messages
+from .messages import is_done, read_range, write_messages
 from .queues import QueueInfo
 from .session import Connection
 
@@ -232,11 +232,8 @@ def bucket_finished(
     if any(not r.done and r.lo < hi and r.hi > lo for r in ranges):
         return False
     for row in read_range(conn, queue, lo, hi, "id, version, visible_at, acked, dead"):
-        if row.acked or row.dead:
-            continue
-        if row.version is None and row.visible_at is None:
-            continue  # consumed by a streaming query, or repaired
-        return False  # in flight, waiting for redelivery, or delayed
+        if not is_done(row, reader):  # rows of a repaired range count as consumed
+            return False  # in flight, waiting for redelivery, or delayed
     return True
 
 

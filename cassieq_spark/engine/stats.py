@@ -11,7 +11,7 @@ import time
 from . import monoton, pointers
 from .clock import to_epoch
 from .counters import Counters
-from .messages import read_range
+from .messages import is_done, read_range
 from .queues import QueueInfo
 from .session import Connection
 
@@ -26,10 +26,8 @@ def stats(conn: Connection, counters: Counters, queue: QueueInfo) -> dict:
     first = ptrs.repair * queue.bucket_size
     cols = "id, enqueued_at, visible_at, version, invisible_until, acked, dead"
     for row in read_range(conn, queue, first, hz.next_id, cols):
-        if row.acked or row.dead:
+        if is_done(row, ptrs.reader):
             continue
-        if row.version is None and row.visible_at is None and row.id < ptrs.reader:
-            continue  # consumed by a streaming query: acked by the reader pointer
         if row.version is not None and to_epoch(row.invisible_until) > now:
             in_flight += 1
         elif row.version is None and to_epoch(row.visible_at) > now:

@@ -44,7 +44,7 @@ from ..engine.buckets import bucket_of
 from ..engine.clock import to_epoch
 from ..engine.consumer import record_skipped
 from ..engine.counters import Counters
-from ..engine.messages import read_range
+from ..engine.messages import is_done, read_range
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
 from ..errors import ConfigError, QueueBusyError
@@ -248,13 +248,9 @@ def _selected_rows(conn: Connection, p: CassieQPartition) -> Iterator[tuple[obje
             if p.start_ts < due_ms(row) <= p.end_ts:
                 yield row, (row.deliveries or 0) + 1
     elif p.kind == KIND_SNAPSHOT:
-        # The same rule as engine/stats.py for what is still unacked.
         for row in read_range(conn, queue, p.lo, p.hi, READ_COLUMNS):
-            if row.acked or row.dead:
-                continue
-            if row.version is None and row.visible_at is None and row.id < p.reader:
-                continue  # consumed by a streaming query: acked by the reader pointer
-            yield row, row.deliveries or 0
+            if not is_done(row, p.reader):  # the same rule as stats() for what is unacked
+                yield row, row.deliveries or 0
     else:
         raise ValueError(f"unknown partition kind {p.kind!r}")
 
