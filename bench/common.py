@@ -186,3 +186,34 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def run_available_now(writer, what: str) -> dict:
+    """Start an ``AvailableNow`` query from a configured ``DataStreamWriter`` (checkpoint in a
+    temporary directory), wait for it and sum its progress: rows, wall seconds, and the seconds
+    spent in ``addBatch`` (the sink's write) and in whole triggers."""
+    import shutil
+    import tempfile
+
+    ckpt = tempfile.mkdtemp(prefix="bench-ckpt-")
+    try:
+        t0 = time.perf_counter()
+        q = writer.option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(f"{what} query failed: {q.exception()}")
+        progress = q.recentProgress
+
+        def ms(key: str) -> float:
+            return sum(p["durationMs"].get(key, 0) for p in progress) / 1000.0
+
+        return {
+            "rows": sum(p["numInputRows"] for p in progress),
+            "wall": wall,
+            "add_batch": ms("addBatch"),
+            "batch_seconds": ms("triggerExecution"),
+            "batches": len(progress),
+        }
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)

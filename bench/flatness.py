@@ -83,15 +83,7 @@ def run_client(cfg: BenchConfig, old_queue: str | None = None) -> dict:
                 old_rates[-1],
                 fresh_rates[-1],
             )
-    o, f = summarize(old_rates), summarize(fresh_rates)
-    return {
-        "history": cfg.flatness_history,
-        "history_via": HISTORY_VIA,
-        "rows": n,
-        "old_rate": o,
-        "fresh_rate": f,
-        "ratio_old_vs_fresh": o["median"] / f["median"],
-    }
+    return _result(cfg, n, old_rates, fresh_rates)
 
 
 def run_source(spark, cfg: BenchConfig) -> dict:
@@ -122,6 +114,10 @@ def run_source(spark, cfg: BenchConfig) -> dict:
                 old_rates[-1],
                 fresh_rates[-1],
             )
+    return _result(cfg, n, old_rates, fresh_rates)
+
+
+def _result(cfg: BenchConfig, n: int, old_rates: list[float], fresh_rates: list[float]) -> dict:
     o, f = summarize(old_rates), summarize(fresh_rates)
     return {
         "history": cfg.flatness_history,

@@ -22,7 +22,14 @@ import tempfile
 import time
 
 from . import baseline_driver as bd
-from .common import BenchConfig, client, register_cassieq, summarize, unique_queue
+from .common import (
+    BenchConfig,
+    client,
+    register_cassieq,
+    run_available_now,
+    summarize,
+    unique_queue,
+)
 
 log = logging.getLogger("bench.sink")
 
@@ -42,28 +49,13 @@ def make_input(spark, path: str, n: int, size: int, parts: int) -> None:
 
 def run_query(spark, cfg: BenchConfig, input_path: str, queue: str) -> dict:
     schema = spark.read.parquet(input_path).schema
-    ckpt = tempfile.mkdtemp(prefix="bench-sink-ckpt-")
-    try:
-        t0 = time.perf_counter()
-        q = (
-            spark.readStream.schema(schema)
-            .parquet(input_path)
-            .writeStream.format("cassieq")
-            .options(**cfg.options(queue))
-            .option("checkpointLocation", ckpt)
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
-        wall = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(f"sink query failed: {q.exception()}")
-        progress = q.recentProgress
-        rows = sum(p["numInputRows"] for p in progress)
-        add_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000.0
-        return {"rows": rows, "wall": wall, "add_batch": add_batch, "batches": len(progress)}
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
+    writer = (
+        spark.readStream.schema(schema)
+        .parquet(input_path)
+        .writeStream.format("cassieq")
+        .options(**cfg.options(queue))
+    )
+    return run_available_now(writer, "sink")
 
 
 def _enqueued(cfg: BenchConfig, queue: str) -> int | None:

@@ -9,12 +9,18 @@ happen on commit, inside the timed run), then scans the same rows with the raw d
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
 
 from . import baseline_driver as bd
-from .common import BenchConfig, client, payloads, register_cassieq, summarize, unique_queue
+from .common import (
+    BenchConfig,
+    client,
+    payloads,
+    register_cassieq,
+    run_available_now,
+    summarize,
+    unique_queue,
+)
 
 log = logging.getLogger("bench.source")
 
@@ -27,29 +33,10 @@ def fill(c, queue: str, n: int, size: int = 100, salt: int = 0) -> None:
 
 def consume(spark, cfg: BenchConfig, queue: str, extra: dict | None = None) -> dict:
     """One AvailableNow run over ``queue`` into the noop sink; rows, wall and batch seconds."""
-    ckpt = tempfile.mkdtemp(prefix="bench-src-ckpt-")
-    try:
-        t0 = time.perf_counter()
-        reader = spark.readStream.format("cassieq").options(**cfg.options(queue))
-        for k, v in (extra or {}).items():
-            reader = reader.option(k, v)
-        q = (
-            reader.load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", ckpt)
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
-        wall = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(f"source query failed: {q.exception()}")
-        progress = q.recentProgress
-        rows = sum(p["numInputRows"] for p in progress)
-        batch_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000.0
-        return {"rows": rows, "wall": wall, "batch_seconds": batch_s, "batches": len(progress)}
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
+    reader = spark.readStream.format("cassieq").options(**cfg.options(queue))
+    for k, v in (extra or {}).items():
+        reader = reader.option(k, v)
+    return run_available_now(reader.load().writeStream.format("noop"), "source")
 
 
 def spark_read(spark, cfg: BenchConfig, queue: str) -> dict:
