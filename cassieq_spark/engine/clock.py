@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 TIMER_SLOT_SECONDS = 1
 # The invisibility pointer never passes slots younger than this, so a timer written "now" by a
 # client whose clock is a little behind still lands in a slot that is scanned.
 TIMER_SETTLE_SLOTS = 5
-
-
-def now() -> float:
-    return time.time()
 
 
 def utcnow() -> dt.datetime:

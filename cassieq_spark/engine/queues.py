@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from ..config import seconds, validate_queue_name
 from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
+from .clock import timer_slot
 from .session import Connection
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
     # The counter row and pointers start at zero; monoton.next starts at 0.
     conn.execute(
         "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, ?)",
-        (qid, int(time.time())),
+        (qid, timer_slot(time.time())),
     )
     conn.execute("UPDATE {ks}.monoton SET next = 0 WHERE queue_id = ?", (qid,))
     log.info("created queue %s (%s)", name, qid)
