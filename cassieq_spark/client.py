@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from .config import ConnectionConfig, connection_from_options, seconds
+from .engine import clock, monoton, queues, schema
 from .engine import consumer as consumer_mod
-from .engine import monoton, queues, schema
 from .engine.buckets import DEFAULT_BUCKET_SIZE
 from .engine.clock import to_epoch
 from .engine.counters import Counters
@@ -229,7 +229,7 @@ class QueueClient:
         info = self._queue(queue)
         from .engine import pointers
 
-        now = time.time()
+        now = clock.now()
         ptrs = pointers.read(self.conn, info)
         hz = monoton.horizon(self.conn, info, ptrs.reader, now)
         out: list[Message] = []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
+
+from . import faults
 
 TIMER_SLOT_SECONDS = 1
 # The invisibility pointer never passes slots younger than this, so a timer written "now" by a
@@ -10,8 +13,14 @@ TIMER_SLOT_SECONDS = 1
 TIMER_SETTLE_SLOTS = 5
 
 
+def now() -> float:
+    """This process's wall clock, epoch seconds. Tests skew it through the fault seam to show
+    what a client or driver whose clock is off does to the protocol."""
+    return time.time() + faults.state.skew
+
+
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return from_epoch(now())
 
 
 def to_epoch(value: dt.datetime | None) -> float:

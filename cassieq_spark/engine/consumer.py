@@ -19,11 +19,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 
 from ..errors import QueueBusyError, StaleReceiptError
-from . import monoton, pointers, timers
+from . import clock, monoton, pointers, timers
 from .buckets import bucket_of
 from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
 from .messages import Message, read_one, read_range
@@ -85,7 +84,7 @@ class Consumer:
     # -- delivery ---------------------------------------------------------------------------
 
     def get(self, queue: QueueInfo, visibility_timeout: float, put_dead_letter) -> Message | None:
-        now = time.time()
+        now = clock.now()
         ptrs = pointers.read(self.conn, queue)
         if ptrs.lease_held(now) and (ptrs.lease_owner or "").startswith("stream:"):
             raise QueueBusyError(
@@ -110,17 +109,14 @@ class Consumer:
             "WHERE queue_id = ? AND bucket = ? AND id = ?",
             (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id),
         )
-        res = self.conn.execute(
+        key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
+        res = self.conn.cas(
             _CLAIM,
-            (
-                version,
-                deliveries,
-                from_epoch(due),
-                queue.queue_id,
-                bucket_of(row.id, queue.bucket_size),
-                row.id,
-                row.version,
-            ),
+            (version, deliveries, from_epoch(due), *key, row.version),
+            read="SELECT version, invisible_until FROM {ks}.messages "
+            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            read_params=key,
+            applied=lambda cur: _holds(cur, version, due),
         )
         body = body_future.result().one()
         if not res.was_applied:
@@ -139,9 +135,9 @@ class Consumer:
         marker is the same row every time, and deliveries fill a slot with many timers)."""
         timer, marker = timers.statements(self.conn, queue, due, message_id)
         key = (queue.queue_id, timer_slot(due))
-        futures = [self.conn.session.execute_async(timer)]
+        futures = [self.conn.execute_async(timer)]
         if key not in self._marked:
-            futures.append(self.conn.session.execute_async(marker))
+            futures.append(self.conn.execute_async(marker))
         for f in futures:
             f.result()
         if len(self._marked) > 4096:
@@ -207,10 +203,14 @@ class Consumer:
                 headers,
                 f"dlq:{queue.queue_id}:{row.id}",
             )
-        res = self.conn.execute(
+        key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
+        res = self.conn.cas(
             "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ? "
             "IF version = ? AND acked = null AND dead = null",
-            (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id, row.version),
+            (*key, row.version),
+            read="SELECT dead FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+            read_params=key,
+            applied=lambda cur: cur is not None and bool(cur.dead),
         )
         if res.was_applied:
             self.counters.add(queue, "dead_lettered" if queue.dead_letter_queue else "dropped", 1)
@@ -339,24 +339,31 @@ class Consumer:
         )
         if r.queue_id != queue.queue_id:
             raise stale
-        now = time.time()
+        now = clock.now()
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id)
-        res = self.conn.execute(
+        key = (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id)
+        res = self.conn.cas(
             "UPDATE {ks}.messages SET version = ?, invisible_until = ? WHERE queue_id = ? AND bucket = ? "
             "AND id = ? IF version = ? AND acked = null AND dead = null",
-            (
-                r.version + 1,
-                from_epoch(due),
-                queue.queue_id,
-                bucket_of(r.message_id, queue.bucket_size),
-                r.message_id,
-                r.version,
-            ),
+            (r.version + 1, from_epoch(due), *key, r.version),
+            read="SELECT version, invisible_until FROM {ks}.messages "
+            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            read_params=key,
+            applied=lambda cur: _holds(cur, r.version + 1, due),
         )
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
+
+
+def _holds(row, version: int, due: float) -> bool:
+    """After a lost reply: is this delivery (``version``, due at ``due``) the one stored?"""
+    return (
+        row is not None
+        and row.version == version
+        and abs(to_epoch(row.invisible_until) - due) < 0.002  # stored with ms precision
+    )
 
 
 def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:
@@ -365,7 +372,7 @@ def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:
         f"SELECT {SCAN_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
     )
     futures = [
-        conn.session.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+        conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
         for mid in sorted(ids)
     ]
     return [row for f in futures for row in f.result()]
@@ -377,12 +384,15 @@ def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool
     Returns False when its writer closed it first: then the block is complete and must be
     read as usual. Idempotent: recording a range again keeps its first ``skipped_at``.
     """
-    if not monoton.skip(conn, queue, lo):
+    if not monoton.skip(conn, queue, lo, hi):
         return False
-    res = conn.execute(
+    res = conn.cas(
         "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
         "IF NOT EXISTS",
         (queue.queue_id, lo, hi),
+        read="SELECT hi FROM {ks}.skipped WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, lo),
+        applied=lambda row: row is not None,
     )
     if res.was_applied:
         log.warning(

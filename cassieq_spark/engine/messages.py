@@ -122,7 +122,7 @@ class Pipeline:
         if len(self.futures) >= self.limit:
             # Waiting on the oldest keeps ordering simple and the window full.
             self.futures.popleft().result()
-        self.futures.append(self.conn.session.execute_async(statement, params))
+        self.futures.append(self.conn.execute_async(statement, params))
 
     def drain(self) -> None:
         futures, self.futures = self.futures, deque()
@@ -242,7 +242,7 @@ def read_range(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
     )
     for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
-        yield from conn.session.execute(stmt, (queue.queue_id, bucket, blo, bhi))
+        yield from conn.execute(stmt, (queue.queue_id, bucket, blo, bhi))
 
 
 def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):

@@ -23,10 +23,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from cassandra import Unavailable, WriteTimeout
-from cassandra.query import SimpleStatement
-
 from ..errors import ContentionError
+from . import clock, faults
 from .queues import QueueInfo
 from .session import Connection
 
@@ -36,7 +34,9 @@ log = logging.getLogger(__name__)
 # overlap id x only has to look at rows with lo >= x - MAX_BLOCK.
 MAX_BLOCK = 10_000
 OPEN_TTL = 14 * 24 * 3600  # an open reservation outlives any repair timeout
-CLOSED_TTL = 24 * 3600  # closed rows are only needed until repair has passed them
+# A plain close is stamped this far ahead of the writer's clock: the tolerated skew between a
+# writer and the coordinator that stamped its reservation.
+CLOSE_STAMP_AHEAD = 300.0
 MAX_ATTEMPTS = 200
 
 _last_next: dict = {}  # queue_id -> the counter after this process's last reservation
@@ -57,6 +57,7 @@ class Reservation:
     owner: str
     key: str | None = None
     closed: bool = False  # for a keyed reservation found again: its first writer finished
+    skipped: bool = False  # found again, but readers handed it to repair meanwhile
     reserved_at: float = 0.0  # time.monotonic() when reserved here; 0 = unknown (found again)
 
     @property
@@ -84,16 +85,6 @@ def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     return (row.next or 0) if row else 0
 
 
-def _owned(conn: Connection, queue: QueueInfo, lo: int, owner: str) -> bool:
-    """After an ambiguous CAS timeout: did our reservation land? (A SERIAL read settles it.)"""
-    stmt = SimpleStatement(
-        f"SELECT owner FROM {conn.keyspace}.monoton WHERE queue_id = %s AND lo = %s",
-        consistency_level=conn.config.serial_consistency_level,
-    )
-    row = conn.session.execute(stmt, (queue.queue_id, lo)).one()
-    return bool(row and row.owner == owner)
-
-
 def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str = "") -> Reservation:
     """Reserve ``count`` consecutive ids with one lightweight transaction (more under contention)."""
     if not 1 <= count <= MAX_BLOCK:
@@ -109,20 +100,15 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
     delay = 0.002
     for attempt in range(MAX_ATTEMPTS):
         lo, hi = current, current + count
-        try:
-            res = conn.execute(
-                _RESERVE, (hi, queue.queue_id, lo, queue.queue_id, lo, hi, owner, OPEN_TTL)
-            )
-        except (WriteTimeout, Unavailable) as exc:
-            log.warning(
-                "reservation of ids %d..%d timed out (%s); checking whether it landed", lo, hi, exc
-            )
-            if _owned(conn, queue, lo, owner):
-                return Reservation(lo, hi, owner, reserved_at=started)
-            current = _read_next(conn, queue, serial=True)
-            continue
+        res = conn.cas(
+            _RESERVE,
+            (hi, queue.queue_id, lo, queue.queue_id, lo, hi, owner, OPEN_TTL),
+            read="SELECT next, owner FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, lo),
+            applied=lambda row, owner=owner: row is not None and row.owner == owner,
+        )
         if res.was_applied:
-            if attempt == 0:
+            if attempt == 0 and not res.resolved:
                 _last_next[queue.queue_id] = hi
             else:
                 _last_next.pop(queue.queue_id, None)
@@ -138,37 +124,73 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
     )
 
 
-def close(conn: Connection, queue: QueueInfo, res: Reservation, *, released: bool = False):
-    """Mark a reservation written (or given back unused). Returns the driver future.
+class Closing:
+    """A close in progress; ``result()`` waits and says whether the writer's close won.
 
-    A late close is a compare-and-set that loses to a reader that already handed the block
-    to repair; then repair republishes what was written, and nothing is delivered twice.
+    False means a reader handed the block to repair first: what was written there is
+    repair's to deliver (and what lands after repair finished would be lost).
+    """
+
+    def __init__(self, future=None, closed: bool = True):
+        self._future = future
+        self._closed = closed
+
+    def result(self) -> bool:
+        if self._future is not None:
+            self._future.result()
+            self._future = None
+        return self._closed
+
+
+def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
+    """The block is written (or given back): delete its reservation row.
+
+    A closed reservation is the absence of its row, so nothing about it can reopen later (a
+    TTL'd ``closed`` cell could expire before the row) and the partition only holds what is
+    in flight. A writer that finishes within half the repair timeout (its own monotonic
+    clock) deletes with a plain write stamped a few minutes ahead, which no compare-and-set
+    on that row can shadow, whatever the clocks (a reservation's ``lo`` is never reused).
+    Later, the close is a compare-and-set that loses to a reader that already handed the
+    block to repair; then repair republishes what was written, and nothing is delivered twice.
     """
     elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
     if elapsed < queue.repair_timeout / 2:
-        return conn.execute_async(
-            "INSERT INTO {ks}.monoton (queue_id, lo, hi, created_at, owner, closed, released) "
-            "VALUES (?, ?, ?, toTimestamp(now()), ?, true, ?) USING TTL ?",
-            (queue.queue_id, res.lo, res.hi, res.owner, released, CLOSED_TTL),
+        stamp = int((clock.now() + CLOSE_STAMP_AHEAD) * 1_000_000)
+        return Closing(
+            conn.execute_async(
+                "DELETE FROM {ks}.monoton USING TIMESTAMP ? WHERE queue_id = ? AND lo = ?",
+                (stamp, queue.queue_id, res.lo),
+            )
         )
-    return conn.execute_async(
-        "UPDATE {ks}.monoton USING TTL ? SET closed = true, released = ? "
-        "WHERE queue_id = ? AND lo = ? IF skipped = null",
-        (CLOSED_TTL, released, queue.queue_id, res.lo),
+    faults.point("monoton.before_late_close", queue=queue, res=res)
+    out = conn.cas(
+        "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = null",
+        (queue.queue_id, res.lo),
+        read="SELECT hi, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is None or not row.skipped,
     )
+    return Closing(closed=out.was_applied)
 
 
-def skip(conn: Connection, queue: QueueInfo, lo: int) -> bool:
-    """Hand the abandoned reservation at ``lo`` to repair. False: its writer closed it first
-    (the block is complete and readers deliver it as usual)."""
-    res = conn.execute(
-        "UPDATE {ks}.monoton SET skipped = true WHERE queue_id = ? AND lo = ? IF closed = null",
-        (queue.queue_id, lo),
+def skip(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:
+    """Hand the abandoned reservation ``[lo, hi)`` to repair. False: its writer closed it first
+    (the block is complete and readers deliver it as usual).
+
+    ``IF hi = ?`` fails on a row that is gone (closed), so a skip can never bring a closed
+    reservation back as a row of its own.
+    """
+    res = conn.cas(
+        "UPDATE {ks}.monoton SET skipped = true WHERE queue_id = ? AND lo = ? IF hi = ?",
+        (queue.queue_id, lo, hi),
+        read="SELECT hi, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, lo),
+        applied=lambda row: row is not None and bool(row.skipped),
     )
     if res.was_applied:
         return True
     row = res.one()
-    return bool(getattr(row, "skipped", None)) and not bool(getattr(row, "closed", None))
+    return bool(getattr(row, "skipped", None))
 
 
 def horizon(
@@ -184,55 +206,59 @@ def horizon(
     end is capped there: the cost of a call then follows what the caller will read, not the
     backlog.
     """
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     lo_from = max(0, from_id - MAX_BLOCK)
-    if window is None:
-        rows = list(
-            conn.execute(
-                "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton "
-                "WHERE queue_id = ? AND lo >= ?",
-                (queue.queue_id, lo_from),
-            )
-        )
-    else:
-        rows = list(
-            conn.execute(
-                "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton "
-                "WHERE queue_id = ? AND lo >= ? AND lo < ?",
-                (queue.queue_id, lo_from, from_id + window),
-            )
-        )
-    next_id = None
+    rows = _reservations(conn, queue, lo_from, None if window is None else from_id + window)
+    if not any(r.next is not None for r in rows):
+        # No row in range, so Cassandra returned no static `next` with it. Reading `next` now
+        # and using it as the end would pass a reservation made in between, still open; so
+        # look again below the `next` just read: whatever was reserved before that read shows.
+        faults.point("monoton.horizon_no_rows", queue=queue)
+        next_id = _read_next(conn, queue, serial=False)
+        upper = next_id if window is None else min(next_id, from_id + window)
+        rows = [*_reservations(conn, queue, lo_from, upper), _Next(next_id)]
+    next_id = max((r.next for r in rows if r.next is not None), default=0)
     safe_end = None
     abandoned: list[tuple[int, int]] = []
     open_count = 0
     cutoff = now - queue.repair_timeout
     for r in rows:
-        if r.next is not None:
-            next_id = r.next if next_id is None else max(next_id, r.next)
         if r.lo is None or r.hi is None or r.hi <= from_id:
-            continue
+            continue  # a row without `hi` is what is left of a closed one
         if r.skipped:
             abandoned.append((r.lo, r.hi))  # repair owns it, whatever its writer did since
             continue
         if r.closed:
-            continue
+            continue  # closed by an older version of this code (rows are deleted now)
         open_count += 1
         created = r.created_at.replace(tzinfo=dt.timezone.utc).timestamp() if r.created_at else 0.0
         if created < cutoff:
             abandoned.append((r.lo, r.hi))
         else:
             safe_end = r.lo if safe_end is None else min(safe_end, r.lo)
-    if next_id is None:
-        row = conn.execute(
-            "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (queue.queue_id,)
-        ).one()
-        next_id = (row.next or 0) if row else 0
     end = next_id if safe_end is None else min(safe_end, next_id)
     if window is not None:
         end = min(end, from_id + window)
     end = max(end, from_id)
     return Horizon(next_id, end, tuple(sorted(a for a in abandoned if a[0] < end)), open_count)
+
+
+@dataclass(frozen=True)
+class _Next:
+    """Stands for the counter read on its own, shaped like a reservation row."""
+
+    next: int
+    lo: None = None
+    hi: None = None
+
+
+def _reservations(conn: Connection, queue: QueueInfo, lo_from: int, lo_below: int | None) -> list:
+    cols = "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton WHERE queue_id = ?"
+    if lo_below is None:
+        return list(conn.execute(cols + " AND lo >= ?", (queue.queue_id, lo_from)))
+    if lo_below <= lo_from:
+        return []
+    return list(conn.execute(cols + " AND lo >= ? AND lo < ?", (queue.queue_id, lo_from, lo_below)))
 
 
 # -- keyed reservations: the exactly-once sink and repair find their block again on replay ----
@@ -245,34 +271,51 @@ def find_keyed(conn: Connection, queue: QueueInfo, key: str) -> Reservation | No
     ).one()
     if row is None:
         return None
+    return _keyed(conn, queue, key, row.lo, row.hi)
+
+
+def _keyed(conn: Connection, queue: QueueInfo, key: str, lo: int, hi: int) -> Reservation:
     m = conn.execute(
-        "SELECT owner, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-        (queue.queue_id, row.lo),
+        "SELECT hi, owner, skipped, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        (queue.queue_id, lo),
     ).one()
-    # A missing monoton row means it was closed long ago and expired: treat as finished.
-    closed = m is None or bool(m.closed)
+    # No row (or no `hi` left): the block was closed, its first writer finished.
+    closed = m is None or m.hi is None or bool(m.closed)
+    skipped = bool(m is not None and m.skipped)
     owner = m.owner if m is not None and m.owner else f"key:{key}"
-    return Reservation(row.lo, row.hi, owner, key=key, closed=closed)
+    return Reservation(lo, hi, owner, key=key, closed=closed and not skipped, skipped=skipped)
 
 
 def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> Reservation:
     """The block reserved under ``key``: the same one every time the key is asked for again.
 
     A replayed Spark task (same query, batch and partition) gets the ids its first attempt
-    used; ``closed`` tells it the first attempt finished, so it must write nothing.
+    used; ``closed`` tells it the first attempt finished, so it must write nothing;
+    ``skipped`` that readers handed the block to repair (its first writer took too long).
+
+    The key is claimed with a compare-and-set after the block is reserved. If its reply is
+    lost, or the driver sends it twice, the key may already name *our* block: the ``lo``
+    decides, never "not applied" alone (that was a whole chunk lost: finding F1).
     """
     found = find_keyed(conn, queue, key)
     if found is not None:
         return found
     res = reserve(conn, queue, count, owner_hint=key[:40])
-    applied = conn.execute(
+    claim = conn.cas(
         "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) IF NOT EXISTS",
         (queue.queue_id, key, res.lo, res.hi),
+        read="SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
+        read_params=(queue.queue_id, key),
+        applied=lambda row: row is not None and row.lo == res.lo,
     )
-    if applied.was_applied:
-        return Reservation(res.lo, res.hi, res.owner, key=key)
+    row = claim.one()
+    if claim.was_applied or (row is not None and getattr(row, "lo", None) == res.lo):
+        return Reservation(res.lo, res.hi, res.owner, key=key, reserved_at=res.reserved_at)
     # Another attempt of the same task got there first: use its block, give ours back.
-    close(conn, queue, res, released=True).result()
+    close(conn, queue, res).result()
+    if row is not None and getattr(row, "lo", None) is not None:
+        return _keyed(conn, queue, key, row.lo, row.hi)
     found = find_keyed(conn, queue, key)
-    assert found is not None
+    if found is None:
+        raise RuntimeError(f"reservation key {key!r} vanished while it was being claimed")
     return found

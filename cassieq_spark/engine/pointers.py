@@ -58,9 +58,13 @@ def advance(conn: Connection, queue: QueueInfo, pointer: str, to: int) -> bool:
     """Move ``pointer`` forward to ``to``; a no-op (False) when it is already there or beyond."""
     if pointer not in POINTERS:
         raise ValueError(pointer)
-    res = conn.execute(
+    res = conn.cas(
         f"UPDATE {{ks}}.pointers SET {pointer} = ? WHERE queue_id = ? IF {pointer} < ?",
         (to, queue.queue_id, to),
+        read=f"SELECT {pointer} FROM {{ks}}.pointers WHERE queue_id = ?",
+        read_params=(queue.queue_id,),
+        # Where we wanted it or beyond: for a forward-only pointer that is all that matters.
+        applied=lambda row: row is not None and (getattr(row, pointer) or 0) >= to,
     )
     if res.was_applied:
         log.debug("queue %s: %s pointer -> %d", queue.name, pointer, to)
@@ -72,21 +76,36 @@ def acquire_lease(
 ) -> Pointers:
     """Take or renew the consumer lease. Returns the pointers as seen; check ``lease_held``."""
     until = from_epoch(now + seconds)
+
+    def mine(row) -> bool:
+        return (
+            row is not None
+            and row.lease_owner == owner
+            and abs(to_epoch(row.lease_until) - to_epoch(until)) < 0.002
+        )
+
+    read_lease = "SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?"
     for _ in range(5):
         current = read(conn, queue)
         if current.lease_owner == owner:
-            res = conn.execute(
+            res = conn.cas(
                 "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? IF lease_owner = ?",
                 (until, queue.queue_id, owner),
+                read=read_lease,
+                read_params=(queue.queue_id,),
+                applied=mine,
             )
         elif current.lease_held(now):
             return current
         else:
             seen_until = from_epoch(current.lease_until) if current.lease_owner else None
-            res = conn.execute(
+            res = conn.cas(
                 "UPDATE {ks}.pointers SET lease_owner = ?, lease_until = ? WHERE queue_id = ? "
                 "IF lease_owner = ? AND lease_until = ?",
                 (owner, until, queue.queue_id, current.lease_owner, seen_until),
+                read=read_lease,
+                read_params=(queue.queue_id,),
+                applied=mine,
             )
         if res.was_applied:
             return Pointers(
@@ -96,9 +115,12 @@ def acquire_lease(
 
 
 def release_lease(conn: Connection, queue: QueueInfo, owner: str) -> None:
-    conn.execute(
+    conn.cas(
         "UPDATE {ks}.pointers SET lease_owner = null, lease_until = null WHERE queue_id = ? IF lease_owner = ?",
         (queue.queue_id, owner),
+        read="SELECT lease_owner FROM {ks}.pointers WHERE queue_id = ?",
+        read_params=(queue.queue_id,),
+        applied=lambda row: row is None or row.lease_owner != owner,
     )
 
 

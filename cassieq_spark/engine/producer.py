@@ -37,7 +37,7 @@ def abort(
     for mid in range(res.lo, upto):
         pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
     pipe.drain()
-    monoton.close(conn, queue, res, released=True).result()
+    monoton.close(conn, queue, res).result()
 
 
 def enqueue(

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 import uuid
 from dataclasses import asdict, dataclass
 
 from ..config import seconds, validate_queue_name
 from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
+from . import faults
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
-from .clock import timer_slot
 from .session import Connection
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,20 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
     qid = uuid.uuid4()
-    res = conn.execute(
+    # The incarnation's pointers and counter go in first: until the queue row below names
+    # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a
+    # queue without them (finding F20). Stamped with timestamp 1, they lose to any later
+    # write, compare-and-sets included, whatever the creator's clock says (F9). The
+    # invisibility pointer starts at slot 0: the first consumer moves it to its own "now".
+    init = conn.execute_async(
+        "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, 0) "
+        "USING TIMESTAMP 1",
+        (qid,),
+    )
+    conn.execute("UPDATE {ks}.monoton USING TIMESTAMP 1 SET next = 0 WHERE queue_id = ?", (qid,))
+    init.result()
+    faults.point("queues.before_queue_row", qid=qid)
+    res = conn.cas(
         "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
         "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
@@ -130,19 +142,18 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
             s["message_ttl"],
             s["max_payload_bytes"],
         ),
+        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+        read_params=(name,),
+        applied=lambda row: row is not None and row.queue_id == qid,
     )
     if not res.was_applied:
+        for table in ("pointers", "monoton"):
+            conn.execute_async(f"DELETE FROM {{ks}}.{table} WHERE queue_id = ?", (qid,))
         if exist_ok:
             return get_queue(conn, name)
         raise QueueExistsError(
             f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
         )
-    # The counter row and pointers start at zero; monoton.next starts at 0.
-    conn.execute(
-        "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, ?)",
-        (qid, timer_slot(time.time())),
-    )
-    conn.execute("UPDATE {ks}.monoton SET next = 0 WHERE queue_id = ?", (qid,))
     log.info("created queue %s (%s)", name, qid)
     return get_queue(conn, name)
 
@@ -167,8 +178,12 @@ def delete_queue(conn: Connection, name: str) -> QueueInfo:
     """Remove the queue. Its message partitions are dropped whole; a new queue of the same
     name gets a new incarnation id and so never sees them."""
     info = get_queue(conn, name)
-    res = conn.execute(
-        "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?", (name, info.queue_id)
+    res = conn.cas(
+        "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?",
+        (name, info.queue_id),
+        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+        read_params=(name,),
+        applied=lambda row: row is None or row.queue_id != info.queue_id,
     )
     if not res.was_applied:
         raise QueueNotFoundError(f"queue {name!r} was deleted or re-created concurrently")

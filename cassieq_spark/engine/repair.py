@@ -24,9 +24,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 
-from . import monoton, pointers
+from . import clock, monoton, pointers
 from .buckets import bucket_end, bucket_start
 from .clock import to_epoch
 from .consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
@@ -98,17 +99,26 @@ def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservat
     again and republishes what we write (readers never deliver rows of a skipped range).
     No if its range is already repaired: what lands there now would never be delivered.
     """
-    ins = conn.execute(
+    read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
+    # After a lost reply: a row that is there and not repaired is as good as our own insert
+    # (the update below restarts its clock either way).
+    ins = conn.cas(
         "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
         "IF NOT EXISTS",
         (queue.queue_id, res.lo, res.hi),
+        read=read,
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is not None and not row.done,
     )
     if ins.was_applied:
         return True
-    upd = conn.execute(
+    upd = conn.cas(
         "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
         "IF done = null",
         (queue.queue_id, res.lo),
+        read=read,
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is not None and not row.done,
     )
     return bool(upd.was_applied)
 
@@ -132,7 +142,7 @@ def republish(conn: Connection, queue: QueueInfo, row, repair_timeout: float) ->
         res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
         if res.closed:
             return None
-        age = _block_age(conn, queue, res.lo, time.time())
+        age = _block_age(conn, queue, res.lo, clock.now())
         fresh = age is not None and age < repair_timeout / 2
         if fresh or _claim_stale_block(conn, queue, res):
             write_messages(conn, queue, res.lo, [row.payload or b""], [headers])
@@ -190,17 +200,27 @@ def repair_range(
         return len(todo), lost
     for r in todo:
         republish(conn, queue, r, timeout)
+    # `done_by` tells this call's completion from a concurrent repair's after a lost reply,
+    # so the counters move exactly once.
+    token = uuid.uuid4().hex
+    read = "SELECT done, done_by FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
     if rng.stamp is not None:
-        res = conn.execute(
-            "UPDATE {ks}.skipped SET done = true, republished = ?, lost = ? "
+        res = conn.cas(
+            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
             "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
-            (len(todo), lost, queue.queue_id, rng.lo, rng.stamp),
+            (token, len(todo), lost, queue.queue_id, rng.lo, rng.stamp),
+            read=read,
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is not None and row.done_by == token,
         )
     else:
-        res = conn.execute(
-            "UPDATE {ks}.skipped SET done = true, republished = ?, lost = ? "
+        res = conn.cas(
+            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
             "WHERE queue_id = ? AND lo = ? IF done = null",
-            (len(todo), lost, queue.queue_id, rng.lo),
+            (token, len(todo), lost, queue.queue_id, rng.lo),
+            read=read,
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is not None and row.done_by == token,
         )
     if not res.was_applied:
         return 0, 0
@@ -322,7 +342,7 @@ def repair_queue(
 ) -> RepairReport:
     """One repair pass over one queue, in this process (the Spark job spreads the same steps)."""
     started = time.monotonic()
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
     report = RepairReport(queue=queue.name, dry_run=dry_run)
     # Pointers before ranges: see bucket_finished.

@@ -23,7 +23,7 @@ from ..errors import SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
@@ -114,6 +114,8 @@ MIGRATIONS: dict[int, list[str]] = {
     # Readers hand an abandoned reservation to repair with a compare-and-set on its row, and a
     # late writer closes it with one, so the two can never both win (see monoton.py).
     2: ["ALTER TABLE {ks}.monoton ADD IF NOT EXISTS skipped boolean"],
+    # Which repair marked a range done: after a lost reply, the one that did counts it.
+    3: ["ALTER TABLE {ks}.skipped ADD IF NOT EXISTS done_by text"],
 }
 
 

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
-from cassandra import AuthenticationFailed
+from cassandra import (
+    AuthenticationFailed,
+    OperationTimedOut,
+    ReadTimeout,
+    Unavailable,
+    WriteTimeout,
+)
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
@@ -19,32 +29,125 @@ from cassandra.cluster import (
     NoHostAvailable,
     Session,
 )
-from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import PreparedStatement
+from cassandra.connection import ConnectionException
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    RetryPolicy,
+    TokenAwarePolicy,
+    WriteType,
+)
+from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ..config import ConnectionConfig
 from ..errors import ConnectionFailedError
+from . import faults
 
 log = logging.getLogger(__name__)
 
 
+# The outcome of these is unknown to the client: the statement may or may not have applied.
+UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostAvailable)
+EXEC_PROFILE_SERIAL = "serial"
+SERIAL_READ_ATTEMPTS = 5
+_COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
+
+
+def is_idempotent(cql: str) -> bool:
+    """Safe to send twice: not a compare-and-set, not a counter update."""
+    return not faults.is_conditional(cql) and not _COUNTER_UPDATE.search(cql)
+
+
+class QueueRetryPolicy(RetryPolicy):
+    """Re-send only what is safe to apply twice.
+
+    The driver's default policy re-sends any statement to the next host after a connection
+    error or an overloaded coordinator, conditional ones included: a compare-and-set that
+    applied and is sent again reports "not applied" and its caller takes its own success for
+    someone else's. Here only statements marked idempotent are re-sent; a compare-and-set whose
+    outcome is unknown is settled by a SERIAL read of its row (:meth:`Connection.cas`).
+    """
+
+    def on_write_timeout(
+        self, query, consistency, write_type, required_responses, received_responses, retry_num
+    ):
+        idempotent = getattr(query, "is_idempotent", False)
+        if retry_num == 0 and idempotent and write_type != WriteType.CAS:
+            return self.RETRY, consistency
+        return self.RETHROW, None
+
+    def on_unavailable(self, query, consistency, required_replicas, alive_replicas, retry_num):
+        # Nothing was applied: the coordinator refused before sending anything.
+        return (self.RETRY_NEXT_HOST, None) if retry_num == 0 else (self.RETHROW, None)
+
+    def on_request_error(self, query, consistency, error, retry_num):
+        if retry_num < 2 and getattr(query, "is_idempotent", False):
+            return self.RETRY_NEXT_HOST, None
+        return self.RETHROW, None
+
+
+class CasResult:
+    """A compare-and-set's outcome, shaped like the driver's result (``was_applied``, ``one()``).
+
+    ``resolved`` is True when the reply was lost and the outcome was read back at SERIAL.
+    """
+
+    def __init__(self, applied: bool, row: Any, resolved: bool = False):
+        self.was_applied = applied
+        self.row = row
+        self.resolved = resolved
+
+    def one(self) -> Any:
+        return self.row
+
+
+class _Failed:
+    """A future whose result is an exception (a fault injected into an async request)."""
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
+
+    def result(self):
+        raise self.exc
+
+
+def _text(statement) -> str:
+    if isinstance(statement, str):
+        return statement
+    if isinstance(statement, BoundStatement):
+        return statement.prepared_statement.query_string
+    if isinstance(statement, BatchStatement):
+        return "BATCH"
+    return getattr(statement, "query_string", "") or ""
+
+
 class Connection:
-    """One cluster connection: a driver ``Session`` plus a prepared-statement cache."""
+    """One cluster connection: a driver ``Session`` plus a prepared-statement cache.
+
+    Every statement goes through :meth:`execute`, :meth:`execute_async` or :meth:`cas`, the
+    seam where tests inject lost replies and retries (``engine/faults.py``).
+    """
 
     def __init__(self, config: ConnectionConfig):
         self.config = config
         self._prepared: dict[str, PreparedStatement] = {}
         self._lock = threading.Lock()
         self._refs = 0
-        base = (
-            DCAwareRoundRobinPolicy(local_dc=config.local_dc)
-            if config.local_dc
-            else RoundRobinPolicy()
-        )
+        # Token-aware over DC-aware: requests go to a replica of their partition in the
+        # local data center (the first one contacted when localDc is not given).
+        balancing = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=config.local_dc))
+        retry = QueueRetryPolicy()
         profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(base),
+            load_balancing_policy=balancing,
+            retry_policy=retry,
             consistency_level=config.consistency_level,
             serial_consistency_level=config.serial_consistency_level,
+            request_timeout=config.request_timeout,
+        )
+        # Reads that settle a compare-and-set whose reply was lost (and finish its round).
+        serial = ExecutionProfile(
+            load_balancing_policy=balancing,
+            retry_policy=retry,
+            consistency_level=config.serial_consistency_level,
             request_timeout=config.request_timeout,
         )
         auth = (
@@ -57,7 +160,7 @@ class Connection:
             port=config.port,
             auth_provider=auth,
             ssl_context=config.ssl_context(),
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
             connect_timeout=config.connect_timeout,
             # v4 avoids v5's per-frame checksums, partly computed in pure Python.
             protocol_version=4,
@@ -94,14 +197,87 @@ class Connection:
                 stmt = self._prepared.get(cql)
                 if stmt is None:
                     stmt = self.session.prepare(cql.replace("{ks}", self.keyspace))
+                    stmt.is_idempotent = is_idempotent(cql)
                     self._prepared[cql] = stmt
         return stmt
 
-    def execute(self, cql: str, params: tuple | list = (), **kw):
-        return self.session.execute(self.prepare(cql), params, **kw)
+    def _statement(self, statement):
+        return self.prepare(statement) if isinstance(statement, str) else statement
 
-    def execute_async(self, cql: str, params: tuple | list = (), **kw):
-        return self.session.execute_async(self.prepare(cql), params, **kw)
+    def execute(self, statement, params: tuple | list | None = (), **kw):
+        """Run ``statement`` (CQL text with ``{ks}``, or a bound/batch statement)."""
+        stmt = self._statement(statement)
+        if faults.state.active:
+            mode = faults.take(_text(statement))
+            if mode == faults.TIMEOUT_BEFORE:
+                raise faults.injected_timeout(_text(statement))
+            if mode == faults.RETRIED:
+                self.session.execute(stmt, params or None, **kw)
+            elif mode == faults.LOST_REPLY:
+                self.session.execute(stmt, params or None, **kw)
+                raise faults.injected_timeout(_text(statement))
+        return self.session.execute(stmt, params or None, **kw)
+
+    def execute_async(self, statement, params: tuple | list | None = (), **kw):
+        stmt = self._statement(statement)
+        if faults.state.active:
+            mode = faults.take(_text(statement))
+            if mode == faults.TIMEOUT_BEFORE:
+                return _Failed(faults.injected_timeout(_text(statement)))
+            if mode == faults.RETRIED:
+                self.session.execute(stmt, params or None, **kw)
+            elif mode == faults.LOST_REPLY:
+                self.session.execute(stmt, params or None, **kw)
+                return _Failed(faults.injected_timeout(_text(statement)))
+        return self.session.execute_async(stmt, params or None, **kw)
+
+    def read_serial(self, cql: str, params: tuple | list = ()):
+        """One row read at the serial level: completes any compare-and-set in progress on it,
+        so what it returns is final. Retried a few times, as it follows a timeout."""
+        delay = 0.05
+        for attempt in range(SERIAL_READ_ATTEMPTS):
+            try:
+                return self.session.execute(
+                    self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
+                ).one()
+            except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME):
+                if attempt == SERIAL_READ_ATTEMPTS - 1:
+                    raise
+                log.warning("serial read timed out; retrying in %.2f s", delay, exc_info=True)
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def cas(
+        self,
+        cql: str,
+        params: tuple | list,
+        *,
+        read: str,
+        read_params: tuple | list,
+        applied: Callable[[Any], bool],
+    ) -> CasResult:
+        """Run a compare-and-set and know its outcome even when the reply is lost.
+
+        On a timeout or a broken connection the statement may have applied or not; ``read``
+        (one row, read at SERIAL, which finishes any round in progress) and ``applied(row)``
+        decide, as the driver documentation prescribes for CAS write timeouts. A statement
+        the coordinator refused (Unavailable) did not apply.
+        """
+        try:
+            rs = self.execute(cql, params)
+        except Unavailable:
+            raise
+        except UNKNOWN_OUTCOME as exc:
+            row = self.read_serial(read, read_params)
+            ok = bool(applied(row))
+            log.info(
+                "compare-and-set outcome unknown (%s); read back: %s",
+                type(exc).__name__,
+                "applied" if ok else "not applied",
+            )
+            return CasResult(ok, row, resolved=True)
+        return CasResult(bool(rs.was_applied), rs.one())
 
     def shutdown(self) -> None:
         self.cluster.shutdown()

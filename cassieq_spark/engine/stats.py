@@ -6,9 +6,7 @@ and the repair lag, not the queue's history.
 
 from __future__ import annotations
 
-import time
-
-from . import monoton, pointers
+from . import clock, monoton, pointers
 from .clock import to_epoch
 from .counters import Counters
 from .messages import is_done, read_range
@@ -17,7 +15,7 @@ from .session import Connection
 
 
 def stats(conn: Connection, counters: Counters, queue: QueueInfo) -> dict:
-    now = time.time()
+    now = clock.now()
     ptrs = pointers.read(conn, queue)
     hz = monoton.horizon(conn, queue, ptrs.reader, now)
     totals = counters.read(queue)

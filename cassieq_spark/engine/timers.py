@@ -27,7 +27,7 @@ def statements(conn: Connection, queue: QueueInfo, due: float, message_id: int) 
 
 
 def schedule(conn: Connection, queue: QueueInfo, due: float, message_id: int) -> None:
-    futures = [conn.session.execute_async(s) for s in statements(conn, queue, due, message_id)]
+    futures = [conn.execute_async(s) for s in statements(conn, queue, due, message_id)]
     for f in futures:
         f.result()
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..config import ConnectionConfig
-from ..engine import pointers, queues
+from ..engine import clock, pointers, queues
 from ..engine.counters import Counters
 from ..engine.queues import QueueInfo
 from ..engine.repair import (
@@ -171,7 +171,7 @@ def repair_queue_distributed(
 
     ptrs = pointers.read(conn, queue)  # before the ranges: see bucket_finished
     ranges = skipped_ranges(conn, queue)
-    due = due_ranges(ranges, timeout, time.time())
+    due = due_ranges(ranges, timeout, clock.now())
     log.info(
         "queue %s: reader pointer %d, repair pointer bucket %d, %d skipped ranges (%d due)",
         queue.name,

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..config import CONNECTION_OPTIONS, connection_from_options
-from ..engine import monoton, pointers, timers
+from ..engine import clock, monoton, pointers, timers
 from ..engine.buckets import bucket_of
 from ..engine.clock import to_epoch
 from ..engine.consumer import record_skipped
@@ -160,9 +160,7 @@ def read_rows_by_id(
     pending: list = []
     for mid in ids:
         pending.append(
-            conn.session.execute_async(
-                stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid)
-            )
+            conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
         )
         if len(pending) >= READ_WINDOW:
             row = pending.pop(0).result().one()
@@ -315,7 +313,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @staticmethod
     def _now_ms() -> int:
-        return int(time.time() * 1000)
+        return int(clock.now() * 1000)
 
     def _busy(self, p: pointers.Pointers) -> QueueBusyError:
         until = pointers.lease_expiry(p)
@@ -334,7 +332,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         timeout = self.settings.lease_timeout
         if self._lease_lost is not None:
             raise self._busy(self._lease_lost)
-        now = time.time()
+        now = clock.now()
         if self._lease_until - now > timeout * 2 / 3:
             return
         p = pointers.acquire_lease(conn, queue, self.owner, timeout, now)
@@ -353,8 +351,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark kills it, so one renewal alone does not prove a live holder."""
         conn, queue = self._connect()
         timeout = self.settings.lease_timeout
-        period = max(timeout, seen.lease_until - time.time())
-        deadline = time.time() + 2 * period + 2.0
+        period = max(timeout, seen.lease_until - clock.now())
+        deadline = clock.now() + 2 * period + 2.0
         log.info(
             "queue %s: lease held by %s until %s; waiting for it to lapse",
             queue.name,
@@ -362,8 +360,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pointers.lease_expiry(seen),
         )
         while True:
-            time.sleep(min(1.0, max(0.1, seen.lease_until - time.time() + 0.1)))
-            now = time.time()
+            time.sleep(min(1.0, max(0.1, seen.lease_until - clock.now() + 0.1)))
+            now = clock.now()
             p = pointers.acquire_lease(conn, queue, self.owner, timeout, now)
             if p.lease_held(now, by=self.owner):
                 log.info("queue %s: took over the consumer lease as %s", queue.name, self.owner)
@@ -379,7 +377,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while not self._stop.wait(interval):
             try:
                 conn, queue = self._connect()
-                now = time.time()
+                now = clock.now()
                 p = pointers.acquire_lease(
                     conn, queue, self.owner, self.settings.lease_timeout, now
                 )
@@ -573,9 +571,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         futures = []
         for mid in ids:
             futures.append(
-                conn.session.execute_async(
-                    stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid)
-                )
+                conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
             )
             if len(futures) >= READ_WINDOW:
                 futures.pop(0).result()

@@ -43,7 +43,7 @@ def test_skip_wins_over_a_late_close(queue_client, queue_name):
     assert record_skipped(queue_client.conn, q, res.lo, res.hi) is True
     write_messages(queue_client.conn, q, res.lo, [b"late"] * 3)
     closed = monoton.close(queue_client.conn, q, res).result()
-    assert closed.was_applied is False  # repair owns the block now
+    assert closed is False  # repair owns the block now
     hz = monoton.horizon(queue_client.conn, q, 0)
     assert hz.abandoned == ((res.lo, res.hi),)  # still handed to repair, not readable
     assert record_skipped(queue_client.conn, q, res.lo, res.hi) is True  # idempotent
@@ -54,7 +54,7 @@ def test_close_wins_over_a_late_skip(queue_client, queue_name):
     res = monoton.reserve(queue_client.conn, q, 3)
     time.sleep(0.8)
     write_messages(queue_client.conn, q, res.lo, [b"slow"] * 3)
-    assert monoton.close(queue_client.conn, q, res).result().was_applied is True
+    assert monoton.close(queue_client.conn, q, res).result() is True
     assert record_skipped(queue_client.conn, q, res.lo, res.hi) is False
     hz = monoton.horizon(queue_client.conn, q, 0)
     assert hz.abandoned == () and hz.safe_end == 3
@@ -64,9 +64,18 @@ def test_close_wins_over_a_late_skip(queue_client, queue_name):
     assert rows == []
 
 
-def test_prompt_close_is_a_plain_write(queue_client, queue_name):
+def test_prompt_close_is_a_plain_write(queue_client, queue_name, monkeypatch):
     q = _queue(queue_client, queue_name, repair_timeout=60)
     res = monoton.reserve(queue_client.conn, q, 2)
-    result = monoton.close(queue_client.conn, q, res).result()
-    # A plain write has no [applied] column: no Paxos round was spent on the close.
-    assert "applied" not in (result.column_names or [])
+    cas_calls = []
+    real_cas = queue_client.conn.cas
+    monkeypatch.setattr(
+        queue_client.conn, "cas", lambda *a, **kw: cas_calls.append(a[0]) or real_cas(*a, **kw)
+    )
+    assert monoton.close(queue_client.conn, q, res).result() is True
+    assert cas_calls == []  # no Paxos round was spent on the close
+    row = queue_client.conn.execute(
+        "SELECT lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?", (q.queue_id, res.lo)
+    ).one()
+    assert row is None  # a closed reservation is the absence of its row
+    assert monoton.horizon(queue_client.conn, q, 0).safe_end == 2
