@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..errors import ContentionError
 from . import clock, faults
 from .queues import QueueInfo
+from .schema import SENTINEL_LO
 from .session import Connection
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,31 @@ class Horizon:
 
 
 def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
-    stmt = conn.prepare("SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1").bind(
-        (queue.queue_id,)
+    """The counter, read through the sentinel row: a read of the partition's first row
+    would walk every tombstone that closed reservations left (finding F16)."""
+    stmt = conn.prepare("SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?").bind(
+        (queue.queue_id, SENTINEL_LO)
     )
     if serial:
         stmt.consistency_level = conn.config.serial_consistency_level
-    row = conn.session.execute(stmt).one()
+    row = conn.execute(stmt).one()
+    if row is not None:
+        return row.next or 0
+    # A queue made before the sentinel existed: read the old way once, then add it.
+    row = conn.execute(
+        "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (queue.queue_id,)
+    ).one()
+    add_sentinel(conn, queue.queue_id)
     return (row.next or 0) if row else 0
+
+
+def add_sentinel(conn: Connection, queue_id, future: bool = False):
+    """The always-present row at ``SENTINEL_LO``. Stamped 1, so it never shadows anything."""
+    f = conn.execute_async(
+        "INSERT INTO {ks}.monoton (queue_id, lo) VALUES (?, ?) USING TIMESTAMP 1",
+        (queue_id, SENTINEL_LO),
+    )
+    return f if future else f.result()
 
 
 def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str = "") -> Reservation:
@@ -115,6 +134,10 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
             return Reservation(lo, hi, owner, reserved_at=started)
         row = res.one()
         seen = getattr(row, "next", None)
+        if seen == hi and _owned(conn, queue, lo, owner):
+            # The counter already is where our batch would put it: a re-sent request whose
+            # first copy applied. Taking a new block would leave this one open forever.
+            return Reservation(lo, hi, owner, reserved_at=started)
         current = seen if seen is not None else _read_next(conn, queue, serial=True)
         time.sleep(random.uniform(0, delay))
         delay = min(delay * 2, 0.2)
@@ -122,6 +145,13 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
         f"could not reserve ids on queue {queue.name!r} after {MAX_ATTEMPTS} attempts; too many "
         "writers race for single ids: batch with put_many or retry later"
     )
+
+
+def _owned(conn: Connection, queue: QueueInfo, lo: int, owner: str) -> bool:
+    row = conn.read_serial(
+        "SELECT owner FROM {ks}.monoton WHERE queue_id = ? AND lo = ?", (queue.queue_id, lo)
+    )
+    return row is not None and row.owner == owner
 
 
 class Closing:

@@ -11,6 +11,7 @@ from ..config import seconds, validate_queue_name
 from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
 from . import faults
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
+from .schema import SENTINEL_LO
 from .session import Connection
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,10 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
         "USING TIMESTAMP 1",
         (qid,),
     )
-    conn.execute("UPDATE {ks}.monoton USING TIMESTAMP 1 SET next = 0 WHERE queue_id = ?", (qid,))
+    conn.execute(
+        "INSERT INTO {ks}.monoton (queue_id, lo, next) VALUES (?, ?, 0) USING TIMESTAMP 1",
+        (qid, SENTINEL_LO),
+    )
     init.result()
     faults.point("queues.before_queue_row", qid=qid)
     res = conn.cas(
@@ -187,9 +191,15 @@ def delete_queue(conn: Connection, name: str) -> QueueInfo:
     )
     if not res.was_applied:
         raise QueueNotFoundError(f"queue {name!r} was deleted or re-created concurrently")
-    row = conn.execute(
-        "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (info.queue_id,)
-    ).one()
+    row = (
+        conn.execute(
+            "SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            (info.queue_id, SENTINEL_LO),
+        ).one()
+        or conn.execute(
+            "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (info.queue_id,)
+        ).one()
+    )
     ptr = conn.execute(
         "SELECT repair FROM {ks}.pointers WHERE queue_id = ?", (info.queue_id,)
     ).one()
