@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from cassandra import WriteTimeout
 
 from cassieq_spark.engine import faults, monoton, producer
 from cassieq_spark.engine.counters import Counters
@@ -199,7 +200,7 @@ def test_f20_create_queue_is_all_or_nothing(queue_client, queue_name):
     whose reservations never applied (`put` raised ContentionError after 200 attempts) and
     that create_queue(exist_ok=True) returned as it was. Now the incarnation's rows go first."""
     faults.inject(faults.TIMEOUT_BEFORE, r"INSERT INTO \S*pointers")
-    with pytest.raises(Exception):
+    with pytest.raises(WriteTimeout):
         queue_client.create_queue(queue_name)
     with pytest.raises(QueueNotFoundError):
         queue_client.get_queue(queue_name)
