@@ -42,6 +42,7 @@ QUEUE_SETTING_OPTIONS: dict[str, str] = {
 SINK_OPTIONS: dict[str, str] = {
     "idblocksize": "idBlockSize",
     "writertype": "writerType",
+    "replaymismatch": "replayMismatch",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -57,6 +58,7 @@ SOURCE_OPTIONS: dict[str, str] = {
 
 WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
+REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
 
 SECRET_OPTIONS = frozenset({"password"})
 
@@ -185,10 +187,12 @@ class SinkOptions:
     id_block_size: int = monoton.MAX_BLOCK
     writer_type: str = DEFAULT_WRITER_TYPE
     checkpoint_location: str | None = None
+    replay_mismatch: str = "fail"  # or "writeagain"
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``."""
+def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> SinkOptions:
+    """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``
+    (``streaming``: which of the two; None when not known yet)."""
     o = _lower(options)
     check_known(o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SINK_OPTIONS}, "sink")
     common = _common(o, "sink")
@@ -202,7 +206,19 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise ConfigError(
             f"option 'writerType' must be one of {', '.join(WRITER_TYPES)}, got {o['writertype']!r}"
         )
-    return SinkOptions(common, block, writer_type, o.get("checkpointlocation"))
+    mismatch = str(o.get("replaymismatch", "fail")).strip().lower()
+    if mismatch not in REPLAY_MISMATCH:
+        raise ConfigError(
+            f"option 'replayMismatch' must be one of {', '.join(REPLAY_MISMATCH.values())}, got "
+            f"{o['replaymismatch']!r}"
+        )
+    return SinkOptions(
+        common,
+        block,
+        writer_type,
+        o.get("checkpointlocation"),
+        mismatch,
+    )
 
 
 @dataclass(frozen=True)
