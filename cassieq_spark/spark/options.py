@@ -42,6 +42,7 @@ QUEUE_SETTING_OPTIONS: dict[str, str] = {
 SINK_OPTIONS: dict[str, str] = {
     "idblocksize": "idBlockSize",
     "writertype": "writerType",
+    "writeid": "writeId",
     "replaymismatch": "replayMismatch",
     # Spark adds these two to every sink's options.
     "path": "path",
@@ -59,6 +60,7 @@ SOURCE_OPTIONS: dict[str, str] = {
 WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
 REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
+WRITE_ID_MAX = 200
 
 SECRET_OPTIONS = frozenset({"password"})
 
@@ -187,7 +189,27 @@ class SinkOptions:
     id_block_size: int = monoton.MAX_BLOCK
     writer_type: str = DEFAULT_WRITER_TYPE
     checkpoint_location: str | None = None
+    # df.write only: the idempotency key of the write (None: a random one per write)
+    write_id: str | None = None
     replay_mismatch: str = "fail"  # or "writeagain"
+
+
+def _write_id(o: dict[str, str], streaming: bool | None) -> str | None:
+    if "writeid" not in o:
+        return None
+    if streaming:
+        raise ConfigError(
+            "option 'writeId' is for df.write (e.g. inside foreachBatch); a streaming query "
+            "already writes each micro-batch once through its checkpoint"
+        )
+    value = str(o["writeid"]).strip()
+    if not value or len(value) > WRITE_ID_MAX or not value.isprintable():
+        raise ConfigError(
+            f"option 'writeId' must be 1 to {WRITE_ID_MAX} printable characters naming this "
+            "write, the same on every retry of it, e.g. f'{app}-{batch_id}' in foreachBatch; "
+            f"got {o['writeid']!r}"
+        )
+    return value
 
 
 def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> SinkOptions:
@@ -217,6 +239,7 @@ def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> S
         block,
         writer_type,
         o.get("checkpointlocation"),
+        _write_id(o, streaming),
         mismatch,
     )
 

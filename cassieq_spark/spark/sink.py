@@ -2,7 +2,8 @@
 
 Every row becomes one message. A task buffers its rows into chunks of ``idBlockSize`` rows and
 reserves one block of ids per chunk under a key (query id, batch id, partition id, chunk
-index; for ``df.write`` a random write id instead of query and batch); a typical task has one chunk, so one reservation. Spark replays a micro-batch with the
+index; for ``df.write`` the write id, random or the ``writeId`` option, instead of query and
+batch); a typical task has one chunk, so one reservation. Spark replays a micro-batch with the
 same batch id after a crash and retries failed tasks; the replay asks for the same key and gets
 the same block back (``engine/writes.py``):
 
@@ -173,7 +174,7 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     layout = check_input_schema(schema)
     conn = shared_connection(opts.common.connection)
     queue = resolve_queue(conn, opts.common)
-    return SinkPlan(opts, queue, layout, streaming, uuid.uuid4().hex)
+    return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 
 # -- the task side ----------------------------------------------------------------------------

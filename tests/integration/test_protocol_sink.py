@@ -15,9 +15,11 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from test_sink import TIMEOUT, write_text_files  # tests/integration is on sys.path
 
 from cassieq_spark.engine import faults, messages, monoton
 from cassieq_spark.errors import CassieQError, ReplayMismatchError
+from cassieq_spark.spark import register
 from cassieq_spark.spark.options import resolve_queue, sink_options
 from cassieq_spark.spark.sink import InputLayout, SinkPlan, _arrow_slices, _TaskWrite
 
@@ -380,3 +382,83 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     assert _run(plan, _values(150, 250), partition=1).written == 64
     faults.reset()
     assert drain(queue_client, queue_name) == Counter(_values(0, 250))
+
+
+# -- Spark: foreachBatch with writeId (F27) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    register(spark)
+    return spark
+
+
+def test_f27_foreach_batch_write_with_write_id_writes_each_row_once(
+    sspark, cassieq_options, queue_client, queue_name, tmp_path
+):
+    """``foreachBatch`` that writes with ``df.write.format("cassieq")`` and then fails; the
+    query is restarted from its checkpoint and Spark runs the batch again. Old code (by reading,
+    and verified with this test minus the writeId option): every replay got a new random write
+    id, so the batch was enqueued twice; there was no option to pass one."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    files = {f"f{k}.txt": [f"fb{k}-{i}" for i in range(200)] for k in range(2)}
+    write_text_files(src, files)
+    fail_once = tmp_path / "fail-once"
+    fail_once.touch()
+
+    def each(df, batch_id):
+        (
+            df.write.format("cassieq")
+            .options(**cassieq_options)
+            .option("queue", queue_name)
+            .option("idBlockSize", "64")
+            .option("writeId", f"f27-test-{batch_id}")
+            .mode("append")
+            .save()
+        )
+        if batch_id == 1 and fail_once.exists():
+            fail_once.unlink()
+            raise RuntimeError("injected: the batch function fails after its write")
+
+    def run():
+        return (
+            sspark.readStream.format("text")
+            .option("maxFilesPerTrigger", 1)
+            .load(str(src))
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run()
+    with pytest.raises(Exception, match="injected"):
+        query.awaitTermination(TIMEOUT)
+    assert not fail_once.exists(), "batch 1 did not run"
+    query = run()
+    assert query.awaitTermination(TIMEOUT)
+    assert query.exception() is None, query.exception()
+    assert any(p.batchId == 1 for p in query.recentProgress), "batch 1 was not replayed"
+    expected = [line for lines in files.values() for line in lines]
+    assert drain(queue_client, queue_name) == Counter(expected)
+
+
+@pytest.mark.parametrize(
+    "options, streaming, fragment",
+    [
+        ({"writeId": "  "}, False, "option 'writeId' must be 1 to 200 printable characters"),
+        ({"writeId": "x" * 201}, False, "1 to 200 printable characters"),
+        ({"writeId": "a\nb"}, False, "printable characters"),
+        ({"writeId": "app-7"}, True, "'writeId' is for df.write"),
+        ({"replayMismatch": "skip"}, False, "'replayMismatch' must be one of fail, writeAgain"),
+    ],
+)
+def test_sink_options_for_replays_are_checked(cassieq_options, options, streaming, fragment):
+    from cassieq_spark.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        sink_options({**cassieq_options, "queue": "q", **options}, streaming=streaming)
+    assert fragment in str(err.value)
+    ok = sink_options({**cassieq_options, "queue": "q", "writeId": " app-7 "}, streaming=False)
+    assert ok.write_id == "app-7"
