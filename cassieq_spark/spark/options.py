@@ -44,6 +44,7 @@ SINK_OPTIONS: dict[str, str] = {
     "writertype": "writerType",
     "writeid": "writeId",
     "replaymismatch": "replayMismatch",
+    "allowtargetchange": "allowTargetChange",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -192,6 +193,7 @@ class SinkOptions:
     # df.write only: the idempotency key of the write (None: a random one per write)
     write_id: str | None = None
     replay_mismatch: str = "fail"  # or "writeagain"
+    allow_target_change: bool = False
 
 
 def _write_id(o: dict[str, str], streaming: bool | None) -> str | None:
@@ -241,6 +243,7 @@ def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> S
         o.get("checkpointlocation"),
         _write_id(o, streaming),
         mismatch,
+        _bool(o, "allowtargetchange", "allowTargetChange", False),
     )
 
 

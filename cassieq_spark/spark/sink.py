@@ -76,6 +76,7 @@ from ..engine.session import Connection, shared_connection
 from ..errors import CassieQError, ConfigError, PayloadTooLargeError, ReplayMismatchError
 from .options import SinkOptions, resolve_queue, sink_options
 from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_VALUE
+from .sink_target import Target, check_target
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     layout = check_input_schema(schema)
     conn = shared_connection(opts.common.connection)
     queue = resolve_queue(conn, opts.common)
+    if streaming:
+        check_target(opts.checkpoint_location, Target.of(conn, queue), opts.allow_target_change)
     return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 

@@ -12,10 +12,16 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from test_sink import TIMEOUT, write_text_files  # tests/integration is on sys.path
+from test_sink import (  # tests/integration is on sys.path
+    TIMEOUT,
+    full_message,
+    run_available_now,
+    write_text_files,
+)
 
 from cassieq_spark.engine import faults, messages, monoton
 from cassieq_spark.errors import CassieQError, ReplayMismatchError
@@ -384,7 +390,7 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     assert drain(queue_client, queue_name) == Counter(_values(0, 250))
 
 
-# -- Spark: foreachBatch with writeId (F27) --------------------------------------------------
+# -- Spark: foreachBatch with writeId (F27), a sink restarted on another target (F28) -----------
 
 
 @pytest.fixture(scope="module")
@@ -462,3 +468,68 @@ def test_sink_options_for_replays_are_checked(cassieq_options, options, streamin
     assert fragment in str(err.value)
     ok = sink_options({**cassieq_options, "queue": "q", "writeId": " app-7 "}, streaming=False)
     assert ok.write_id == "app-7"
+
+
+def _drop_last_commit(ckpt: Path) -> int:
+    """A crash after the sink wrote the last batch but before Spark logged its commit."""
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()
+    crc = ckpt / "commits" / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    return last
+
+
+def test_f28_restart_with_another_queue_is_refused(
+    sspark, cassieq_options, queue_client, queue_name, tmp_path
+):
+    """A crash after the sink wrote batch 1 but before Spark's commit; the query restarts on the
+    same checkpoint pointed at another queue. Old code (verified): the replay found no key in
+    the new queue and wrote batch 1 there too (in both queues). Now the restart is refused,
+    naming both targets; allowTargetChange=true lets it go on (documented duplicate)."""
+    other = f"{queue_name}_b"
+    queue_client.create_queue(queue_name, bucket_size=100)
+    queue_client.create_queue(other, bucket_size=100)
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    files = {f"f{k}.txt": [f"t{k}-{i}" for i in range(100)] for k in range(2)}
+    write_text_files(src, files)
+    run_available_now(sspark, cassieq_options, queue_name, src, ckpt)
+    assert (ckpt / "cassieq-sink-target.json").exists()
+    _drop_last_commit(ckpt)
+
+    with pytest.raises(Exception) as err:
+        run_available_now(sspark, cassieq_options, other, src, ckpt)
+    text = full_message(err.value)
+    for fragment in (repr(queue_name), repr(other), "allowTargetChange=true"):
+        assert fragment in text, text[:3000]
+    assert drain(queue_client, other) == Counter()
+
+    run_available_now(sspark, cassieq_options, other, src, ckpt, allowTargetChange="true")
+    replayed = drain(queue_client, other)  # the replayed batch: one whole file
+    assert replayed in (Counter(lines) for lines in files.values()), replayed
+    expected = [line for lines in files.values() for line in lines]
+    assert drain(queue_client, queue_name) == Counter(expected)
+
+
+def test_f28_target_record_follows_the_queue_incarnation(tmp_path):
+    """The record names cluster, keyspace, queue and incarnation: a queue deleted and created
+    again under the same name is another target too (the replay would not find its keys)."""
+    from cassieq_spark.errors import ConfigError
+    from cassieq_spark.spark import sink_target
+    from cassieq_spark.spark.sink_target import Target, check_target
+
+    ckpt = f"file://{tmp_path}/ckpt"
+    first = Target("c1", "ks", "q", "11111111-1111-1111-1111-111111111111")
+    check_target(ckpt, first, allow_change=False)
+    sink_target._checked.clear()  # as a new driver process would
+    check_target(ckpt, first, allow_change=False)
+    again = Target("c1", "ks", "q", "22222222-2222-2222-2222-222222222222")
+    with pytest.raises(ConfigError, match="incarnation 1111.*incarnation 2222"):
+        check_target(ckpt, again, allow_change=False)
+    check_target(ckpt, again, allow_change=True)
+    sink_target._checked.clear()
+    check_target(ckpt, again, allow_change=False)  # the new target is the recorded one now
+    (tmp_path / "ckpt" / sink_target.FILE_NAME).write_text("{not json")
+    sink_target._checked.clear()
+    with pytest.raises(ConfigError, match="unreadable"):
+        check_target(ckpt, again, allow_change=False)
