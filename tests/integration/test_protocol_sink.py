@@ -533,3 +533,71 @@ def test_f28_target_record_follows_the_queue_incarnation(tmp_path):
     sink_target._checked.clear()
     with pytest.raises(ConfigError, match="unreadable"):
         check_target(ckpt, again, allow_change=False)
+
+
+def test_f25_queue_to_queue_replay_with_another_layout_fails_closed_in_spark(
+    sspark, cassieq_options, queue_client, queue_name, tmp_path
+):
+    """The review's experiment E2, smaller: queue to queue through a real partial failure.
+    Run 1 reads 300 messages in 3 partitions of 100 ids; partition 0 fails after the other two
+    finished. Run 2 replays the batch with maxIdsPerPartition=50 (6 partitions). Old code (by
+    reading, and E2 of the review ran it: 500 of 3000 lost): the new partition 1 (ids 50..99)
+    found run 1's closed key for partition 1 and skipped rows never written. Now run 2 fails with
+    ReplayMismatchError, and run 3 with replayMismatch=writeAgain delivers every message (the
+    documented price: some twice)."""
+    src, dst = f"{queue_name}_src", f"{queue_name}_dst"
+    queue_client.create_queue(src, bucket_size=1000)
+    queue_client.create_queue(dst, bucket_size=1000)
+    sent = [f"m{i}" for i in range(300)]
+    queue_client.put_many(src, sent)
+    ckpt, marker = tmp_path / "ckpt", tmp_path / "fail-partition-0"
+    marker.touch()
+    marker_path = str(marker)
+
+    def fail_partition_0_once(batches):
+        import os as _os
+        import time as _time
+
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 0 and _os.path.exists(marker_path):
+            _time.sleep(8)  # the other partitions finish and close their keys first
+            _os.remove(marker_path)
+            raise RuntimeError("injected: partition 0 fails once")
+        yield from batches
+
+    def run(max_ids: int, **extra):
+        df = (
+            sspark.readStream.format("cassieq")
+            .options(**cassieq_options)
+            .option("queue", src)
+            .option("maxIdsPerPartition", str(max_ids))
+            .option("minIdsPerPartition", "1")
+            .load()
+            .select("value")
+            .mapInArrow(fail_partition_0_once, "value binary")
+        )
+        query = (
+            df.writeStream.format("cassieq")
+            .options(**cassieq_options)
+            .option("queue", dst)
+            .options(**extra)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(TIMEOUT)
+        return query
+
+    with pytest.raises(Exception, match="injected"):
+        run(100)
+    assert not marker.exists()
+    with pytest.raises(Exception) as err:
+        run(50)
+    text = full_message(err.value)
+    assert "ReplayMismatchError" in text or "is not what an earlier attempt" in text, text[:3000]
+    query = run(50, replayMismatch="writeAgain")
+    assert query.exception() is None, query.exception()
+    seen = drain(queue_client, dst)
+    assert set(seen) == set(sent), sorted(set(sent) - set(seen))[:10]
+    assert queue_client.stats(src)["backlog"] == 0
