@@ -49,6 +49,12 @@ class ContentionError(CassieQError):
     """A lightweight transaction lost too many races in a row; retry later."""
 
 
+class ReplayMismatchError(CassieQError):
+    """A replayed write has other rows than the attempt that first wrote under its key, so
+    honouring the key would skip rows never written; run the replay with the first attempt's
+    input and partitioning, or allow it to write such rows again (possible duplicates)."""
+
+
 def one_line(exc: BaseException) -> str:
     """An error as command lines print it: one line, our own errors without their class name."""
     what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "

@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from . import monoton
-from .buckets import bucket_of
+from ..errors import ContentionError
+from . import monoton, writes
 from .counters import Counters
-from .messages import Pipeline, write_messages
 from .queues import QueueInfo
 from .session import Connection
 
@@ -18,26 +17,8 @@ log = logging.getLogger(__name__)
 def abort(
     conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
 ) -> None:
-    """Undo a failed write: a keyed block is forgotten so a retry starts afresh, rows already
-    written are marked dead (so no reader delivers half a block), the block is given back.
-
-    The key goes first: if the rollback itself fails midway, a retry takes a new block instead
-    of rewriting rows that may already be marked dead (a loss); the worst case left is the
-    abandoned block's rows being republished by repair next to the retry's (a duplicate)."""
-    if res.key:
-        conn.execute(
-            "DELETE FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
-            (queue.queue_id, res.key),
-        )
-    upto = res.hi if written is None else res.lo + written
-    pipe = Pipeline(conn)
-    stmt = conn.prepare(
-        "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
-    )
-    for mid in range(res.lo, upto):
-        pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
-    pipe.drain()
-    monoton.close(conn, queue, res).result()
+    """Undo a failed write into a block this writer reserved (see :func:`writes.roll_back`)."""
+    writes.roll_back(conn, queue, res, written)
 
 
 def enqueue(
@@ -51,46 +32,96 @@ def enqueue(
 ) -> list[int]:
     """Write already-validated payloads; one reservation per ``MAX_BLOCK`` messages.
 
-    With ``key``, the same call repeated (a retry after a crash) writes into the same ids and
-    enqueues nothing twice.
+    Returns each message's id. With ``key``, the same call repeated (a retry after a crash)
+    writes into the same ids and enqueues nothing twice. Returns only once every message
+    will be delivered: rows whose block readers handed to repair, and repair finished before
+    they landed, are written again into a new block.
     """
     ids: list[int] = []
     for start in range(0, len(payloads), monoton.MAX_BLOCK):
         end = min(len(payloads), start + monoton.MAX_BLOCK)
-        n = end - start
-        if key is not None:
-            res = monoton.reserve_keyed(conn, queue, f"{key}#{start}", n)
-            if res.count != n:
-                raise RuntimeError(
-                    f"reservation {res.key} holds {res.count} ids, the retry has {n} rows"
-                )
-        else:
-            res = monoton.reserve(conn, queue, n)
-        if res.closed:
-            ids.extend(range(res.lo, res.hi))
-            continue
-        try:
-            write_messages(
-                conn,
-                queue,
-                res.lo,
-                payloads[start:end],
-                headers[start:end] if headers is not None else None,
-                delays[start:end] if delays is not None else None,
-            )
-        except Exception:
-            log.exception(
-                "writing ids %d..%d of queue %s failed; rolling the block back",
-                res.lo,
-                res.hi,
-                queue.name,
-            )
-            try:
-                abort(conn, queue, res)
-            except Exception:
-                log.exception("rollback failed; the block stays open and repair will handle it")
-            raise
-        monoton.close(conn, queue, res).result()
-        counters.add(queue, "enqueued", n)
-        ids.extend(range(res.lo, res.hi))
+        rows = writes.Rows(
+            payloads[start:end],
+            headers[start:end] if headers is not None else None,
+            delays[start:end] if delays is not None else None,
+        )
+        ids.extend(_enqueue_block(conn, counters, queue, rows, key and f"{key}#{start}"))
     return ids
+
+
+def _enqueue_block(
+    conn: Connection, counters: Counters, queue: QueueInfo, rows: writes.Rows, key: str | None
+) -> list[int]:
+    ids = [0] * len(rows)
+    todo = list(range(len(rows)))  # offsets of the rows still to settle
+    for _hop in range(writes.MAX_HOPS):
+        placed = writes.Placed(ids=[])
+        try:
+            # A keyed call is repeated with the same rows: the key needs no fingerprint.
+            writes.place(conn, queue, key, rows.subset(todo), placed=placed, check_content=False)
+        except Exception:
+            _roll_back(conn, queue, placed)
+            raise
+        for at, mid in zip(todo, placed.ids, strict=True):
+            ids[at] = mid
+        if not placed.blocks:
+            return ids  # an earlier call with this key wrote them
+        block = placed.blocks[0]
+        lo, hi = block.res.lo, block.res.hi
+        outcome = writes.settle(conn, queue, block)
+        if outcome in (writes.Settled.CLOSED, writes.Settled.TO_REPAIR):
+            _count(counters, queue, placed.written)
+            return ids
+        todo = [at for at in todo if lo <= ids[at] < hi]
+        if outcome is writes.Settled.REPAIRED:
+            # Repair finished the range before all our rows landed: write again only what
+            # it did not deliver, under a key of its own.
+            missing = set(writes.undelivered(conn, queue, lo, hi - lo))
+            todo = [at for at in todo if ids[at] - lo in missing]
+            key = key and f"{key}@{lo}"
+            if not todo:
+                return ids
+        # ROLLED_BACK: the call that reserved the keyed block gave it up; its key is free.
+        log.warning(
+            "queue %s: ids %d..%d were %s; writing %d messages again",
+            queue.name,
+            lo,
+            hi,
+            outcome.value,
+            len(todo),
+        )
+    raise ContentionError(
+        f"could not enqueue into queue {queue.name!r}: its blocks kept being repaired or rolled "
+        "back under the writer; retry later"
+    )
+
+
+def _roll_back(conn: Connection, queue: QueueInfo, placed: writes.Placed) -> None:
+    for block in placed.blocks:
+        if not block.own:
+            continue  # another call's block: that call (or repair) finishes it
+        log.warning(
+            "writing ids %d..%d of queue %s failed; rolling the block back",
+            block.res.lo,
+            block.res.hi,
+            queue.name,
+        )
+        try:
+            writes.roll_back(conn, queue, block.res)
+        except Exception:
+            log.exception("rollback failed; the block stays open and repair will handle it")
+
+
+def _count(counters: Counters, queue: QueueInfo, n: int) -> None:
+    # The messages are enqueued: the caller must not see an error (and retry, enqueueing them
+    # twice) because their count could not be added (finding F11).
+    try:
+        counters.add(queue, "enqueued", n)
+    except Exception:
+        log.warning(
+            "could not count %d messages enqueued to queue %s; the enqueued counter is short "
+            "by that much",
+            n,
+            queue.name,
+            exc_info=True,
+        )

@@ -42,6 +42,9 @@ QUEUE_SETTING_OPTIONS: dict[str, str] = {
 SINK_OPTIONS: dict[str, str] = {
     "idblocksize": "idBlockSize",
     "writertype": "writerType",
+    "writeid": "writeId",
+    "replaymismatch": "replayMismatch",
+    "allowtargetchange": "allowTargetChange",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -57,6 +60,8 @@ SOURCE_OPTIONS: dict[str, str] = {
 
 WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
+REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
+WRITE_ID_MAX = 200
 
 SECRET_OPTIONS = frozenset({"password"})
 
@@ -185,10 +190,33 @@ class SinkOptions:
     id_block_size: int = monoton.MAX_BLOCK
     writer_type: str = DEFAULT_WRITER_TYPE
     checkpoint_location: str | None = None
+    # df.write only: the idempotency key of the write (None: a random one per write)
+    write_id: str | None = None
+    replay_mismatch: str = "fail"  # or "writeagain"
+    allow_target_change: bool = False
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``."""
+def _write_id(o: dict[str, str], streaming: bool | None) -> str | None:
+    if "writeid" not in o:
+        return None
+    if streaming:
+        raise ConfigError(
+            "option 'writeId' is for df.write (e.g. inside foreachBatch); a streaming query "
+            "already writes each micro-batch once through its checkpoint"
+        )
+    value = str(o["writeid"]).strip()
+    if not value or len(value) > WRITE_ID_MAX or not value.isprintable():
+        raise ConfigError(
+            f"option 'writeId' must be 1 to {WRITE_ID_MAX} printable characters naming this "
+            "write, the same on every retry of it, e.g. f'{app}-{batch_id}' in foreachBatch; "
+            f"got {o['writeid']!r}"
+        )
+    return value
+
+
+def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> SinkOptions:
+    """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``
+    (``streaming``: which of the two; None when not known yet)."""
     o = _lower(options)
     check_known(o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SINK_OPTIONS}, "sink")
     common = _common(o, "sink")
@@ -202,7 +230,21 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise ConfigError(
             f"option 'writerType' must be one of {', '.join(WRITER_TYPES)}, got {o['writertype']!r}"
         )
-    return SinkOptions(common, block, writer_type, o.get("checkpointlocation"))
+    mismatch = str(o.get("replaymismatch", "fail")).strip().lower()
+    if mismatch not in REPLAY_MISMATCH:
+        raise ConfigError(
+            f"option 'replayMismatch' must be one of {', '.join(REPLAY_MISMATCH.values())}, got "
+            f"{o['replaymismatch']!r}"
+        )
+    return SinkOptions(
+        common,
+        block,
+        writer_type,
+        o.get("checkpointlocation"),
+        _write_id(o, streaming),
+        mismatch,
+        _bool(o, "allowtargetchange", "allowTargetChange", False),
+    )
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,26 @@
 
 Every row becomes one message. A task buffers its rows into chunks of ``idBlockSize`` rows and
 reserves one block of ids per chunk under a key (query id, batch id, partition id, chunk
-index); a typical task has one chunk, so one reservation. Spark replays a micro-batch with the
+index; for ``df.write`` the write id, random or the ``writeId`` option, instead of query and
+batch); a typical task has one chunk, so one reservation. Spark replays a micro-batch with the
 same batch id after a crash and retries failed tasks; the replay asks for the same key and gets
-the same block back:
+the same block back (``engine/writes.py``):
 
-- closed: the first attempt finished, so the chunk is skipped (nothing enqueued twice);
-- open: the first attempt died mid-write; the same rows are rewritten into the same ids.
+- closed: the first attempt finished, so the chunk is skipped (nothing enqueued twice), but
+  only if the chunk has the same rows: each key records a fingerprint of its rows, and a
+  replay with other rows fails with ``ReplayMismatchError`` (or, with
+  ``replayMismatch=writeAgain``, writes them under a key of their own) instead of skipping
+  rows that were never written;
+- open: the first attempt died mid-write, or runs alongside (speculation); the same rows are
+  rewritten into the same ids;
+- handed to repair: the write goes on if repair can still be made to wait for it; rows of a
+  block repair already finished move to a new block.
 
-A task keeps all its reservations open (so readers do not pass them) until every row of the
-task is written, then closes them. A task that fails (a null ``value``, an oversize payload,
-Cassandra errors) rolls its blocks back with ``producer.abort``: rows marked dead, blocks given
-back, keys forgotten, so the retry starts afresh and nothing of the failed attempt is visible.
+A task keeps all its blocks open (so readers do not pass them) until every row of the task is
+written, then closes them. A task that fails before its first close (a null ``value``, an
+oversize payload, Cassandra errors) rolls back the blocks it reserved itself: rows marked dead,
+blocks given back, keys forgotten, so the retry starts afresh. It never rolls back a block
+another attempt reserved, nor anything once closing began: the retry completes those by key.
 
 Observability: the query progress (and so any ``StreamingQueryListener``) reports the rows
 handed to the sink per micro-batch as ``progress.sink.numOutputRows``; the driver-side
@@ -20,8 +29,9 @@ handed to the sink per micro-batch as ``progress.sink.numOutputRows``; the drive
 and how many a replay skipped. The queue's ``enqueued`` counter counts new messages only.
 
 Limits a reviewer should know:
-- Replays rewrite the same ids only if the replayed input is the same rows in the same order
-  per partition (true for Spark's file and Kafka sources, and for any deterministic plan).
+- Replays skip chunks only if the replayed input is the same rows in the same order per
+  partition (true for Spark's file and Kafka sources, and for any deterministic plan);
+  otherwise they fail closed, see above.
 - Open reservations hold readers back only for the queue's ``repairTimeout``; a task that
   writes for longer than that lets readers pass its blocks (repair takes over). Keep tasks
   shorter than the repair timeout, or raise it.
@@ -58,14 +68,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..engine import monoton, producer
+from ..engine import faults, writes
 from ..engine.counters import Counters
-from ..engine.messages import Pipeline, write_messages
+from ..engine.messages import Pipeline
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
-from ..errors import CassieQError, ConfigError, PayloadTooLargeError
+from ..errors import CassieQError, ConfigError, PayloadTooLargeError, ReplayMismatchError
 from .options import SinkOptions, resolve_queue, sink_options
 from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_VALUE
+from .sink_target import Target, check_target
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +167,7 @@ class SinkPlan:
 
 
 def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> SinkPlan:
-    opts = sink_options(options)
+    opts = sink_options(options, streaming)
     if overwrite:
         raise ConfigError(
             "the cassieq sink only appends messages; use mode('append') / outputMode('append')"
@@ -164,7 +175,9 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     layout = check_input_schema(schema)
     conn = shared_connection(opts.common.connection)
     queue = resolve_queue(conn, opts.common)
-    return SinkPlan(opts, queue, layout, streaming, uuid.uuid4().hex)
+    if streaming:
+        check_target(opts.checkpoint_location, Target.of(conn, queue), opts.allow_target_change)
+    return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 
 # -- the task side ----------------------------------------------------------------------------
@@ -185,15 +198,17 @@ def _where(partition: int, position: int) -> str:
 
 
 class _TaskWrite:
-    """One task's write: chunked keyed reservations, pipelined writes, all-or-nothing close."""
+    """One task's write: chunked keyed blocks, pipelined writes, all-or-nothing close."""
 
-    def __init__(self, plan: SinkPlan):
+    def __init__(self, plan: SinkPlan, partition: int | None = None):
         from pyspark import TaskContext
 
         self.plan = plan
         self.queue = plan.queue
         ctx = TaskContext.get()
-        self.partition = ctx.partitionId() if ctx is not None else 0
+        if partition is None:
+            partition = ctx.partitionId() if ctx is not None else 0
+        self.partition = partition
         if plan.streaming:
             batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
             query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or (
@@ -205,8 +220,10 @@ class _TaskWrite:
                     "it only runs inside a streaming query"
                 )
             self.key_prefix = f"s:{query}:{batch_id}:{self.partition}"
+            self.what = f"micro-batch {batch_id} of query {query}"
         else:
             self.key_prefix = f"w:{plan.write_id}:{self.partition}"
+            self.what = f"batch write {plan.write_id}"
         self.conn: Connection = shared_connection(plan.options.common.connection)
         self.pipe = Pipeline(self.conn)
         self.block = plan.options.id_block_size
@@ -219,10 +236,9 @@ class _TaskWrite:
         self.any_delay = False
         self.position = 0  # rows of this task seen so far
         self.chunk = 0
-        self.opened: list[monoton.Reservation] = []
-        self.blocks: list[tuple[int, int]] = []
+        self.placed = writes.Placed()
         self.written = 0
-        self.replayed = 0
+        self.closing = False  # from the first close on, nothing may be rolled back
 
     # rows arrive here already checked and converted
     def add(
@@ -270,63 +286,100 @@ class _TaskWrite:
         self.buffered_bytes -= sum(self.sizes[:n])
         del self.sizes[:n]
         key = f"{self.key_prefix}:{self.chunk}"
-        self.chunk += 1
-        res = monoton.reserve_keyed(self.conn, self.queue, key, n)
-        if res.closed:
-            if res.count != n:
-                log.warning(
-                    "replayed chunk %s has %d rows, its first attempt wrote %d: the input of the "
-                    "replayed batch is not deterministic; writing nothing for it",
-                    key,
-                    n,
-                    res.count,
-                )
-            log.info("chunk %s (ids %d..%d) was written by an earlier attempt", key, res.lo, res.hi)
-            self.replayed += n
-            self.blocks.append((res.lo, res.hi))
-            return
-        if res.count != n:
-            # An earlier attempt died holding a block of another size: its rows cannot be
-            # reused id for id, so drop them and take a fresh block.
-            log.warning(
-                "chunk %s: stale open block %d..%d of another size, rolling it back",
-                key,
-                res.lo,
-                res.hi,
-            )
-            producer.abort(self.conn, self.queue, res)
-            res = monoton.reserve_keyed(self.conn, self.queue, key, n)
-        self.opened.append(res)
-        write_messages(
-            self.conn,
-            self.queue,
-            res.lo,
-            payloads,
-            headers if self.any_headers else None,
-            delays if self.any_delay else None,
-            pipeline=self.pipe,
+        rows = writes.Rows(
+            payloads, headers if self.any_headers else None, delays if self.any_delay else None
         )
+        try:
+            writes.place(
+                self.conn,
+                self.queue,
+                key,
+                rows,
+                placed=self.placed,
+                pipeline=self.pipe,
+                rewrite_mismatch=self.plan.options.replay_mismatch == "writeagain",
+            )
+        except ReplayMismatchError as exc:
+            raise ReplayMismatchError(
+                f"{self.what}: chunk {self.chunk} of partition {self.partition} is not what an "
+                f"earlier attempt of this batch wrote: {exc}. The replayed input differs from the "
+                "first attempt (the partition layout changed, e.g. maxIdsPerPartition, "
+                "repartition(n), spark.sql.files.maxPartitionBytes or the core count, or the "
+                "input is not deterministic); skipping it would lose messages. Run the replay "
+                "with the first attempt's settings until this batch commits, or set option "
+                "replayMismatch=writeAgain to write such chunks again (an earlier attempt's "
+                "messages may then be enqueued twice, none is lost)"
+            ) from None
+        self.chunk += 1
 
     def finish(self) -> CassieQCommitMessage:
         self._flush()
         self.pipe.drain()
-        for f in [monoton.close(self.conn, self.queue, r) for r in self.opened]:
-            f.result()
-        self.written = sum(r.count for r in self.opened)
-        self.blocks.extend((r.lo, r.hi) for r in self.opened)
-        Counters(self.conn).add(self.queue, "enqueued", self.written)
+        faults.point("sink.before_close", task=self)
+        self.closing = True
+        failed = []
+        for block in self.placed.blocks:
+            outcome = writes.settle(self.conn, self.queue, block)
+            if outcome in (writes.Settled.REPAIRED, writes.Settled.ROLLED_BACK):
+                failed.append((block, outcome))
+            else:
+                self.written += block.res.count
+        faults.point("sink.closed", task=self)
+        if failed:
+            block, outcome = failed[0]
+            # Nothing is rolled back: the other blocks are visible. The retry finds every
+            # chunk by its key and writes only what is not delivered.
+            raise CassieQError(
+                f"{self.what}, partition {self.partition}: ids {block.res.lo}..{block.res.hi} "
+                f"of queue {self.queue.name!r} were {outcome.value}; the retry of this task "
+                "writes what is not delivered again. (A task that writes for longer than the "
+                "queue's repairTimeout lets readers hand its blocks to repair: raise "
+                "repairTimeout or make tasks smaller)"
+            )
+        try:
+            Counters(self.conn).add(self.queue, "enqueued", self.written)
+        except Exception:  # the rows are enqueued: a lost count must not undo them (F11)
+            log.warning(
+                "could not count %d messages enqueued to queue %s; the enqueued counter is "
+                "short by that much",
+                self.written,
+                self.queue.name,
+                exc_info=True,
+            )
+        if self.placed.replayed:
+            log.info(
+                "%s, partition %d: %d rows were written by an earlier attempt",
+                self.what,
+                self.partition,
+                self.placed.replayed,
+            )
         return CassieQCommitMessage(
-            self.partition, self.written, self.replayed, tuple(sorted(self.blocks))
+            self.partition, self.written, self.placed.replayed, tuple(sorted(self.placed.ranges))
         )
 
     def rollback(self) -> None:
+        if self.closing:
+            # Some blocks may be closed, so readers may have their rows already: undoing any
+            # block now would deliver part of the task twice. A retry completes it by key.
+            log.warning(
+                "%s, partition %d failed while closing its blocks; nothing is rolled back, the "
+                "retry finds them by key",
+                self.what,
+                self.partition,
+            )
+            return
         try:
             self.pipe.drain()
         except Exception:  # the write already failed; what matters is marking its rows dead
             log.debug("pending writes failed during rollback", exc_info=True)
-        for res in self.opened:
+        for block in self.placed.blocks:
+            res = block.res
+            if not block.own:
+                # Another attempt reserved it and may have finished it: its rows are not ours
+                # to undo (F4). Left open, it is finished by a retry or handed to repair.
+                continue
             try:
-                producer.abort(self.conn, self.queue, res)
+                writes.roll_back(self.conn, self.queue, res)
             except Exception:
                 log.exception(
                     "rollback of ids %d..%d of queue %s failed; the block stays open and a "
