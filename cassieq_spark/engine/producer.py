@@ -14,13 +14,6 @@ from .session import Connection
 log = logging.getLogger(__name__)
 
 
-def abort(
-    conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
-) -> None:
-    """Undo a failed write into a block this writer reserved (see :func:`settle.roll_back`)."""
-    settle.roll_back(conn, queue, res, written)
-
-
 def enqueue(
     conn: Connection,
     counters: Counters,

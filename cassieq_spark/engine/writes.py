@@ -125,8 +125,9 @@ def _recorded_content(conn: Connection, queue: QueueInfo, key: str) -> tuple[int
 
 
 def _record_content(conn: Connection, queue: QueueInfo, key: str, fp: int, count: int) -> None:
-    # Written before the key's block is reserved, so every block found under the key has it.
-    # A plain write: only attempts of one write with the same rows race on it.
+    # Written by the attempt that reserved the key's block, before any row: a block found
+    # without it holds no rows yet (or comes from an older version of this code). A plain
+    # write: only attempts of one write with the same rows race on it.
     conn.execute(
         "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?)",
         (queue.queue_id, content_key(key), fp, count),
@@ -139,17 +140,15 @@ def _take(
     n = len(rows)
     fp = rows.fingerprint() if check_content else None
     for _ in range(MAX_HOPS):
-        res = monoton.find_keyed(conn, queue, key) if fp is not None else None
-        if res is None:
+        res = monoton.reserve_keyed(conn, queue, key, n)
+        if res.reserved_at:
             if fp is not None:
                 _record_content(conn, queue, key, fp, n)
-            res = monoton.reserve_keyed(conn, queue, key, n)
-        if res.reserved_at:
             return Taken.OWN, res
         if fp is not None:
             recorded = _recorded_content(conn, queue, key)
-            # No record: a block of an older version of this code, or of an attempt that died
-            # right after reserving; the count is all there is to compare.
+            # No record: a block of an older version of this code, or one whose writer has
+            # not written a row yet (or died before); the count is all there is to compare.
             if recorded is None and res.count != n or recorded not in (None, (fp, n)):
                 raise ReplayMismatchError(
                     f"key {key!r} names ids {res.lo}..{res.hi} written by an earlier attempt with "
