@@ -6,19 +6,12 @@ import logging
 from collections.abc import Sequence
 
 from ..errors import ContentionError
-from . import monoton, writes
+from . import monoton, settle, writes
 from .counters import Counters
 from .queues import QueueInfo
 from .session import Connection
 
 log = logging.getLogger(__name__)
-
-
-def abort(
-    conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
-) -> None:
-    """Undo a failed write into a block this writer reserved (see :func:`writes.roll_back`)."""
-    writes.roll_back(conn, queue, res, written)
 
 
 def enqueue(
@@ -68,15 +61,15 @@ def _enqueue_block(
             return ids  # an earlier call with this key wrote them
         block = placed.blocks[0]
         lo, hi = block.res.lo, block.res.hi
-        outcome = writes.settle(conn, queue, block)
-        if outcome in (writes.Settled.CLOSED, writes.Settled.TO_REPAIR):
+        outcome = settle.settle(conn, queue, block)
+        if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR):
             _count(counters, queue, placed.written)
             return ids
         todo = [at for at in todo if lo <= ids[at] < hi]
-        if outcome is writes.Settled.REPAIRED:
+        if outcome is settle.Settled.REPAIRED:
             # Repair finished the range before all our rows landed: write again only what
             # it did not deliver, under a key of its own.
-            missing = set(writes.undelivered(conn, queue, lo, hi - lo))
+            missing = set(settle.undelivered(conn, queue, lo, hi - lo))
             todo = [at for at in todo if ids[at] - lo in missing]
             key = key and f"{key}@{lo}"
             if not todo:
@@ -107,7 +100,7 @@ def _roll_back(conn: Connection, queue: QueueInfo, placed: writes.Placed) -> Non
             queue.name,
         )
         try:
-            writes.roll_back(conn, queue, block.res)
+            settle.roll_back(conn, queue, block.res)
         except Exception:
             log.exception("rollback failed; the block stays open and repair will handle it")
 

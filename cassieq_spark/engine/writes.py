@@ -8,7 +8,8 @@ and closes the block. Three things could make it report success for rows no one 
   delivered (finding F2). Whenever we write into such a block, or our close loses to the
   skip, we first push back the repair of its range (:func:`restart_repair_clock`), so repair
   waits again and then republishes what we wrote. If the range is already repaired, the rows
-  repair did not deliver move on to a new block (:func:`undelivered`).
+  repair did not deliver move on to a new block (:func:`undelivered`). Closing and rolling
+  back live in ``settle.py``.
 * Two attempts of one keyed write share its block (speculation, a zombie task; F4). Only the
   attempt that reserved a block may roll it back, and its rollback and the other attempt's
   close are compare-and-sets on the block's reservation row (``released``): exactly one wins,
@@ -33,22 +34,16 @@ from dataclasses import dataclass, field
 
 from ..errors import ContentionError, ReplayMismatchError
 from . import faults, monoton
-from .buckets import bucket_of
-from .messages import Pipeline, read_range, write_messages
+from .messages import Pipeline, write_messages
 from .queues import QueueInfo
 from .session import Connection
+from .settle import Block, finish_rollback, key_names, restart_repair_clock, undelivered
 
 log = logging.getLogger(__name__)
 
 # How many times one set of rows may move on to a new block (a block repaired before we wrote,
 # an attempt that rolled back the block we shared): each needs another race lost.
 MAX_HOPS = 8
-
-
-def republish_key(message_id: int) -> str:
-    """The key under which repair republishes ``message_id`` (see ``repair.republish``):
-    its presence means repair delivered that id."""
-    return f"repair:{message_id}#0"
 
 
 def content_key(key: str) -> str:
@@ -101,15 +96,6 @@ class Taken(enum.Enum):
     REPAIRED = "found handed to repair and already repaired"
 
 
-@dataclass(frozen=True)
-class Block:
-    """A block this writer wrote rows into. ``own``: this writer reserved it, so only this
-    writer may roll it back."""
-
-    res: monoton.Reservation
-    own: bool
-
-
 @dataclass
 class Placed:
     """Where rows went, accumulated over calls of :func:`place`: the blocks written (to be
@@ -130,14 +116,6 @@ def _block_row(conn: Connection, queue: QueueInfo, lo: int):
     ).one()
 
 
-def _key_names(conn: Connection, queue: QueueInfo, key: str, lo: int) -> bool:
-    row = conn.execute(
-        "SELECT lo FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
-        (queue.queue_id, key),
-    ).one()
-    return row is not None and row.lo == lo
-
-
 def _recorded_content(conn: Connection, queue: QueueInfo, key: str) -> tuple[int, int] | None:
     row = conn.execute(
         "SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
@@ -147,8 +125,9 @@ def _recorded_content(conn: Connection, queue: QueueInfo, key: str) -> tuple[int
 
 
 def _record_content(conn: Connection, queue: QueueInfo, key: str, fp: int, count: int) -> None:
-    # Written before the key's block is reserved, so every block found under the key has it.
-    # A plain write: only attempts of one write with the same rows race on it.
+    # Written by the attempt that reserved the key's block, before any row: a block found
+    # without it holds no rows yet (or comes from an older version of this code). A plain
+    # write: only attempts of one write with the same rows race on it.
     conn.execute(
         "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?)",
         (queue.queue_id, content_key(key), fp, count),
@@ -161,17 +140,15 @@ def _take(
     n = len(rows)
     fp = rows.fingerprint() if check_content else None
     for _ in range(MAX_HOPS):
-        res = monoton.find_keyed(conn, queue, key) if fp is not None else None
-        if res is None:
+        res = monoton.reserve_keyed(conn, queue, key, n)
+        if res.reserved_at:
             if fp is not None:
                 _record_content(conn, queue, key, fp, n)
-            res = monoton.reserve_keyed(conn, queue, key, n)
-        if res.reserved_at:
             return Taken.OWN, res
         if fp is not None:
             recorded = _recorded_content(conn, queue, key)
-            # No record: a block of an older version of this code, or of an attempt that died
-            # right after reserving; the count is all there is to compare.
+            # No record: a block of an older version of this code, or one whose writer has
+            # not written a row yet (or died before); the count is all there is to compare.
             if recorded is None and res.count != n or recorded not in (None, (fp, n)):
                 raise ReplayMismatchError(
                     f"key {key!r} names ids {res.lo}..{res.hi} written by an earlier attempt with "
@@ -190,7 +167,7 @@ def _take(
         if res.closed:
             # A rollback forgets the key before it closes the block: closed while the key still
             # names it means written.
-            if _key_names(conn, queue, key, res.lo):
+            if key_names(conn, queue, key, res.lo):
                 return Taken.DONE, res
             continue
         row = _block_row(conn, queue, res.lo)
@@ -198,7 +175,7 @@ def _take(
             continue  # closed or rolled back since we looked: look again
         if row.released:
             # Its writer was rolling it back (maybe died doing so): finish that, start afresh.
-            _finish_rollback(conn, queue, res)
+            finish_rollback(conn, queue, res)
             continue
         if row.skipped:
             if restart_repair_clock(conn, queue, res):
@@ -285,209 +262,3 @@ def place(
     if placed.ids is not None:
         placed.ids.extend(ids)
     return placed
-
-
-def undelivered(conn: Connection, queue: QueueInfo, lo: int, count: int) -> list[int]:
-    """Offsets in ``[lo, lo + count)`` of a repaired range whose rows no one will deliver.
-
-    Repair republished the plain rows it found (each under :func:`republish_key`); rows with
-    a delay or a delivery belong to the timers; acked and dead ones are finished. Anything
-    else (never written, or written after repair read the range) is undelivered.
-    """
-    rows = {
-        r.id: r
-        for r in read_range(conn, queue, lo, lo + count, "id, visible_at, version, acked, dead")
-    }
-    candidates = []
-    for i in range(count):
-        r = rows.get(lo + i)
-        if r is not None and (r.acked or r.dead or r.version is not None or r.visible_at):
-            continue
-        candidates.append(i)
-    stmt = "SELECT lo FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?"
-    futures = [
-        (i, conn.execute_async(stmt, (queue.queue_id, republish_key(lo + i)))) for i in candidates
-    ]
-    return [i for i, f in futures if f.result().one() is None]
-
-
-# -- settling: the close, and what to do when it loses ---------------------------------------
-
-
-class Settled(enum.Enum):
-    CLOSED = "closed: readers deliver the rows"
-    TO_REPAIR = "handed to repair, which delivers the rows"
-    REPAIRED = "handed to repair and repaired before all rows landed: some are never delivered"
-    ROLLED_BACK = "rolled back by another attempt of this write, which had reserved them"
-
-
-def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
-    """Make repair of the skipped block ``res`` wait for what we write now.
-
-    Records the range as skipped if the reader that skipped the block died before doing so,
-    or pushes back the ``skipped_at`` of a range not repaired yet: a repair that read the old
-    stamp cannot mark it done any more, and the next one reads the block after our writes.
-    False: the range is repaired already, what lands there now is never delivered.
-    """
-    read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
-    ins = conn.cas(
-        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) "
-        "VALUES (?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
-        (queue.queue_id, res.lo, res.hi),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    if ins.was_applied:
-        return True
-    upd = conn.cas(
-        "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
-        "IF done = null",
-        (queue.queue_id, res.lo),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    return bool(upd.was_applied)
-
-
-def _close_found(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> Settled | None:
-    """Close a block another attempt reserved; None: readers skipped it (not closed)."""
-    for _attempt in range(3):
-        out = conn.cas(
-            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? "
-            "IF hi = ? AND skipped = null AND released = null",
-            (queue.queue_id, res.lo, res.hi),
-            read="SELECT hi, skipped, released FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-            read_params=(queue.queue_id, res.lo),
-            # After a lost reply only "the row is gone" says it applied; settled below.
-            applied=lambda row: row is None or row.hi is None,
-        )
-        if out.was_applied and not out.resolved:
-            return Settled.CLOSED
-        row = out.one()
-        if row is None or getattr(row, "hi", None) is None:
-            # Gone: closed by a successful attempt (ours after a lost reply, or the owner's),
-            # or by a rollback, which forgets the key before it closes the block.
-            if _key_names(conn, queue, res.key, res.lo):
-                return Settled.CLOSED
-            return Settled.ROLLED_BACK
-        if row.released:
-            return Settled.ROLLED_BACK
-        if row.skipped:
-            break
-        # Still open: the statement never ran (a timeout before it reached Cassandra).
-    else:
-        raise ContentionError(
-            f"could not close ids {res.lo}..{res.hi} of queue {queue.name!r}; retry the write"
-        )
-    if row.released is False:
-        return None  # another attempt already claimed it as written, same rows as ours
-    # Skipped: our rows are repair's now, unless the owner's rollback wins this race.
-    mine = conn.cas(
-        "UPDATE {ks}.monoton SET released = false WHERE queue_id = ? AND lo = ? "
-        "IF hi = ? AND released = null",
-        (queue.queue_id, res.lo, res.hi),
-        read="SELECT hi, released FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and row.released is False,
-    )
-    if not mine.was_applied:
-        return Settled.ROLLED_BACK
-    return None
-
-
-def _close_own(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
-    # A plain close that timed out is safe to send again (it carries its own timestamp).
-    for attempt in range(3):
-        try:
-            return monoton.close(conn, queue, res).result()
-        except Exception:
-            if attempt == 2:
-                raise
-            log.warning("closing ids %d..%d timed out; retrying", res.lo, res.hi, exc_info=True)
-    raise AssertionError("unreachable")
-
-
-def settle(conn: Connection, queue: QueueInfo, block: Block) -> Settled:
-    """Close ``block`` once all its rows are written, and say whether they will be delivered:
-    CLOSED and TO_REPAIR mean yes; REPAIRED and ROLLED_BACK mean they must be written again
-    (the caller still has them, or fails so that its retry does)."""
-    res = block.res
-    if block.own:
-        if _close_own(conn, queue, res):
-            return Settled.CLOSED
-    else:
-        found = _close_found(conn, queue, res)
-        if found is not None:
-            return found
-    # Readers skipped the block: make repair wait for what we wrote (every write is in).
-    if restart_repair_clock(conn, queue, res) or not undelivered(conn, queue, res.lo, res.count):
-        log.info(
-            "queue %s: ids %d..%d were handed to repair while being written; repair delivers them",
-            queue.name,
-            res.lo,
-            res.hi,
-        )
-        return Settled.TO_REPAIR
-    return Settled.REPAIRED
-
-
-# -- rolling back -------------------------------------------------------------------------------
-
-
-def roll_back(
-    conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
-) -> bool:
-    """Undo a failed write into a block this writer reserved: rows marked dead (no reader
-    delivers half a block), key forgotten (a retry starts afresh), block given back.
-
-    False, and nothing changed, when the block is already closed or another attempt that
-    shares it claimed it as written: its rows are that attempt's success now.
-    """
-    if res.key is not None:
-        claim = conn.cas(
-            "UPDATE {ks}.monoton SET released = true WHERE queue_id = ? AND lo = ? "
-            "IF hi = ? AND released = null",
-            (queue.queue_id, res.lo, res.hi),
-            read="SELECT hi, released FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-            read_params=(queue.queue_id, res.lo),
-            applied=lambda row: row is not None and row.released is True,
-        )
-        if not claim.was_applied:
-            log.info(
-                "queue %s: ids %d..%d were closed or claimed by another attempt of key %s; "
-                "leaving them",
-                queue.name,
-                res.lo,
-                res.hi,
-                res.key,
-            )
-            return False
-    _finish_rollback(conn, queue, res, written)
-    return True
-
-
-def _finish_rollback(
-    conn: Connection, queue: QueueInfo, res: monoton.Reservation, written: int | None = None
-) -> None:
-    # The key goes first: if the rollback fails midway, a retry takes a new block instead of
-    # rewriting rows that may already be marked dead. Only if it still names this block: a
-    # retry may have taken the key for a new block meanwhile.
-    if res.key is not None:
-        conn.cas(
-            "DELETE FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ? IF lo = ?",
-            (queue.queue_id, res.key, res.lo),
-            read="SELECT lo FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
-            read_params=(queue.queue_id, res.key),
-            applied=lambda row: row is None or row.lo != res.lo,
-        )
-    upto = res.hi if written is None else res.lo + written
-    pipe = Pipeline(conn)
-    stmt = conn.prepare(
-        "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
-    )
-    for mid in range(res.lo, upto):
-        pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
-    pipe.drain()
-    monoton.close(conn, queue, res).result()

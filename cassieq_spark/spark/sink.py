@@ -5,7 +5,7 @@ reserves one block of ids per chunk under a key (query id, batch id, partition i
 index; for ``df.write`` the write id, random or the ``writeId`` option, instead of query and
 batch); a typical task has one chunk, so one reservation. Spark replays a micro-batch with the
 same batch id after a crash and retries failed tasks; the replay asks for the same key and gets
-the same block back (``engine/writes.py``):
+the same block back (``engine/writes.py``, ``engine/settle.py``):
 
 - closed: the first attempt finished, so the chunk is skipped (nothing enqueued twice), but
   only if the chunk has the same rows: each key records a fingerprint of its rows, and a
@@ -68,7 +68,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..engine import faults, writes
+from ..engine import faults, settle, writes
 from ..engine.counters import Counters
 from ..engine.messages import Pipeline
 from ..engine.queues import QueueInfo
@@ -319,8 +319,8 @@ class _TaskWrite:
         self.closing = True
         failed = []
         for block in self.placed.blocks:
-            outcome = writes.settle(self.conn, self.queue, block)
-            if outcome in (writes.Settled.REPAIRED, writes.Settled.ROLLED_BACK):
+            outcome = settle.settle(self.conn, self.queue, block)
+            if outcome in (settle.Settled.REPAIRED, settle.Settled.ROLLED_BACK):
                 failed.append((block, outcome))
             else:
                 self.written += block.res.count
@@ -379,7 +379,7 @@ class _TaskWrite:
                 # to undo (F4). Left open, it is finished by a retry or handed to repair.
                 continue
             try:
-                writes.roll_back(self.conn, self.queue, res)
+                settle.roll_back(self.conn, self.queue, res)
             except Exception:
                 log.exception(
                     "rollback of ids %d..%d of queue %s failed; the block stays open and a "

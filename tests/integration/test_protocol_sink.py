@@ -390,6 +390,39 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     assert drain(queue_client, queue_name) == Counter(_values(0, 250))
 
 
+def test_compare_and_sets_that_time_out_before_running_are_sent_again(
+    cassieq_options, queue_client, queue_name
+):
+    """The other unknown outcome: a compare-and-set that never reached Cassandra. The rollback's
+    claim and key deletion, the found block's close and the push of a repair clock are each
+    sent again rather than read as "another attempt won"."""
+    values = _values(0, 100)
+    a, b = _two_attempts(queue_client, cassieq_options, queue_name, values)
+    for pattern in (r"SET released = true", r"DELETE FROM \{ks\}\.reservation_keys"):
+        faults.inject(faults.TIMEOUT_BEFORE, pattern)
+    a.rollback()
+    faults.inject(faults.TIMEOUT_BEFORE, r"DELETE FROM \{ks\}\.monoton .* IF hi")
+    with pytest.raises(CassieQError, match="rolled back by another attempt"):
+        b.run(iter(()))
+    assert _run(b.plan, values).written == 64
+    assert drain(queue_client, queue_name) == Counter(values)
+
+    other = f"{queue_name}_rt"
+    queue_client.create_queue(other, bucket_size=100, repair_timeout=1)
+    plan = _plan(queue_client, cassieq_options, other, "pushed")
+
+    def reader_skips(task):
+        time.sleep(1.3)
+        assert queue_client.get(other) is None
+
+    faults.on("sink.before_close", reader_skips)
+    faults.inject(faults.TIMEOUT_BEFORE, r"SET skipped_at = \?")
+    assert _run(plan, values).written == 100
+    time.sleep(1.2)
+    assert queue_client.repair(other).republished == 100  # both blocks were skipped
+    assert drain(queue_client, other) == Counter(values)
+
+
 # -- Spark: foreachBatch with writeId (F27), a sink restarted on another target (F28) -----------
 
 
