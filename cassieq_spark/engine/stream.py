@@ -32,8 +32,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..errors import QueueNotFoundError
 from . import monoton, pointers, queues, timers
-from .buckets import bucket_of
-from .clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
+from .buckets import bucket_of, split_by_bucket
+from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
 from .consumer import record_skipped
 from .counters import Counters
 from .lease import ClusterClock, Lease
@@ -50,7 +50,29 @@ STATE_COLUMNS = (
     "writetime(invisible_until) AS changed_at"
 )
 
+_RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+_COUNT = "SELECT COUNT(*) AS n " + _RANGE
+# Rows that are not plain: delivered to a client (a version) or delayed (visible_at). The
+# filter runs inside one partition slice, on the replicas.
+_SPECIAL = "SELECT " + STATE_COLUMNS + " " + _RANGE + " AND %s ALLOW FILTERING"
+_NOT_PLAIN = (("version > 0", ()), ("visible_at > ?", (from_epoch(0),)))
+
 __all__ = ["READ_COLUMNS", "STATE_COLUMNS", "StreamConsumer"]
+
+
+def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``[lo, hi)`` outside the ``excluded`` ranges."""
+    out: list[tuple[int, int]] = []
+    pos = lo
+    for elo, ehi in sorted(excluded):
+        if elo > pos:
+            out.append((pos, min(elo, hi)))
+        pos = max(pos, ehi)
+        if pos >= hi:
+            break
+    if pos < hi:
+        out.append((pos, hi))
+    return [(a, b) for a, b in out if a < b]
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -225,11 +247,17 @@ class StreamConsumer:
 
     def timer_ids(self, below: int, start_ts: int, end_ts: int) -> list[int]:
         """The timer path of a batch: ids due at ``end_ts`` now (the read checks again)."""
-        rows = [r for r, _ in self._timer_rows(below, timer_scan_start(start_ts), slot_of(end_ts))]
+        first = timer_scan_start(start_ts)
+        rows = [r for r, _ in self._timer_rows(below, first, slot_of(end_ts))]
         if not rows:
             return []
         excluded = self.excluded(rows[0].id, rows[-1].id + 1)
-        return [r.id for r in rows if timer_path_delivers(r, end_ts, excluded)]
+        # The same rule as the ack's: a row is a candidate through the timer of its own state.
+        return [
+            r.id
+            for r in rows
+            if timer_path_delivers(r, end_ts, excluded) and slot_of(due_ms(r)) >= first
+        ]
 
     def ack(self, end_id: int, end_ts: int, scan_from: int | None = None) -> int:
         """Ack what the committed batch ending at ``(end_id, end_ts)`` delivered. Idempotent.
@@ -239,17 +267,7 @@ class StreamConsumer:
         """
         p = self.pointers()
         prev = p.reader
-        plain = 0
-        to_mark: dict[int, int] = {}  # id -> the slot of its timer
-        if end_id > prev:
-            excluded = self.excluded(prev, end_id)
-            for row in read_range(self.conn, self.queue, prev, end_id, STATE_COLUMNS):
-                if row.acked or row.dead or inside(row.id, excluded):
-                    continue
-                if is_plain(row):
-                    plain += 1
-                elif due_ms(row) <= end_ts and unchanged_since(row, end_ts):
-                    to_mark[row.id] = slot_of(due_ms(row))
+        plain, to_mark = self._id_path_acks(prev, end_id, end_ts)
         lo_slot = p.timer_slot if scan_from is None else scan_from
         rows = list(self._timer_rows(min(prev, end_id), lo_slot, slot_of(end_ts)))
         if rows:
@@ -283,6 +301,34 @@ class StreamConsumer:
             max(prev, end_id),
         )
         return acked
+
+    def _id_path_acks(self, lo: int, hi: int, end_ts: int) -> tuple[int, dict[int, int]]:
+        """How many plain messages of ``[lo, hi)`` moving the reader pointer acks, and which
+        other ones to mark acked (id -> timer slot).
+
+        Plain messages are only counted, by Cassandra; only rows that were delayed or
+        delivered to a client come back, so the driver's work follows those, not the batch
+        size (finding F17).
+        """
+        plain = 0
+        to_mark: dict[int, int] = {}
+        if hi <= lo:
+            return plain, to_mark
+        for glo, ghi in _gaps(lo, hi, self.excluded(lo, hi)):
+            for bucket, blo, bhi in split_by_bucket(glo, ghi, self.queue.bucket_size):
+                key = (self.queue.queue_id, bucket, blo, bhi)
+                total = self.conn.execute_async(_COUNT, key)
+                special: dict[int, object] = {}
+                for cond, extra in _NOT_PLAIN:
+                    for row in self.conn.execute(_SPECIAL % cond, (*key, *extra)):
+                        special[row.id] = row
+                plain += total.result().one().n - len(special)
+                for row in special.values():
+                    if row.acked or row.dead:
+                        continue
+                    if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
+                        to_mark[row.id] = slot_of(due_ms(row))
+        return plain, to_mark
 
     def _mark_acked(self, ids: Sequence[int]) -> None:
         stmt = self.conn.prepare(

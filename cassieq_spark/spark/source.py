@@ -71,6 +71,8 @@ DEFAULT_MIN_IDS_PER_PARTITION = 10_000
 DEFAULT_MAX_IDS_PER_PARTITION = 100_000
 MIN_LEASE_TIMEOUT = 3.0
 ROWS_PER_BATCH = 4096
+# With maxMessagesPerTrigger, the latest offset Spark shows (backlog) looks this many batches ahead.
+LATEST_LOOKAHEAD = 10
 TARGET_POLL_SECONDS = 0.25  # AvailableNow: how often to look again at a block being written
 CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 
@@ -295,7 +297,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         waited_since = None
         while True:
             now_ms = st.clock.now_ms()
-            hz = st.horizon(from_id)
+            hz = st.horizon(from_id, self._window(from_id, limit))
             full_end = max(from_id, hz.safe_end)
             self._latest = self._make(from_id, full_end, max(s.ts, now_ms)).to_dict()
             end_id, ts_cap = full_end, now_ms
@@ -316,6 +318,17 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         e = self._make(from_id, end_id, end_ts)
         self._planned = (s, e, due)
         return e.to_dict()
+
+    def _window(self, from_id: int, limit: ReadLimit) -> int | None:
+        """How far ahead planning looks for reservations: the cost of a trigger then follows
+        the batch, not the backlog (F17). Unlimited batches look at everything."""
+        window = None
+        if self._target is not None:
+            window = max(1, self._target.id - from_id)
+        if isinstance(limit, ReadMaxRows):
+            ahead = max(1, limit.max_rows) * LATEST_LOOKAHEAD
+            window = ahead if window is None else min(window, ahead)
+        return window
 
     def _target_blocked(
         self, from_id: int, hz: monoton.Horizon, waited_since: float | None

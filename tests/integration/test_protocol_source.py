@@ -429,3 +429,57 @@ def test_f23_available_now_waits_for_a_block_still_being_written(queue_client, q
     assert 1.0 < time.monotonic() - t0 < 15
     assert d.plan() is None  # the target is reached: the run ends
     assert queue_client.stats(queue_name)["acked"] == 10
+
+
+# -- F17: the work of a trigger follows the batch --------------------------------------------------
+
+
+class Statements:
+    """Records the CQL of every statement this process sends (through the fault seam, which
+    sees them all; the rule never fires)."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+        faults.inject(faults.TIMEOUT_BEFORE, self._record, times=None)
+
+    def _record(self, cql: str) -> bool:
+        self.seen.append(" ".join(cql.split()))
+        return False
+
+    def take(self) -> list[str]:
+        out, self.seen = self.seen, []
+        return out
+
+
+def test_f17_ack_reads_only_delayed_rows_and_planning_is_windowed(
+    queue_client, queue_name, drivers
+):
+    """Old code (verified): commit re-read every row of the batch on the driver (an unfiltered
+    range read of 252 rows per ack), and with maxMessagesPerTrigger latestOffset still read
+    every reservation of the backlog (no upper bound on `lo`). Now plain messages are counted
+    by Cassandra, only the delayed ones come back, and planning looks a few batches ahead."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    queue_client.create_queue(queue_name, bucket_size=100)
+    plain = queue_client.put_many(queue_name, [b"p"] * 250)
+    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
+    for _ in range(30):
+        queue_client.put(queue_name, b"one")  # a backlog of single reservations
+    time.sleep(1.2)
+    d = drivers(queue_name, consumerId="f17")
+    s = d.start()
+    rec = Statements()
+    end = d.reader.latestOffset(s, ReadMaxRows(252))
+    planning = rec.take()
+    assert d.read(s, end) == plain + delayed
+    rec.take()
+    d.offset = end
+    d.commit()
+    acking = rec.take()
+    horizon = [c for c in planning if ".monoton WHERE" in c and "lo >= ?" in c]
+    assert horizon and all("lo < ?" in c for c in horizon)
+    message_reads = [c for c in acking if ".messages WHERE" in c and "id >= ?" in c]
+    assert message_reads and all("COUNT(*)" in c or "ALLOW FILTERING" in c for c in message_reads)
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 252 and st["reader_pointer"] == 252
+    assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
