@@ -73,7 +73,8 @@ MIN_LEASE_TIMEOUT = 3.0
 ROWS_PER_BATCH = 4096
 # With maxMessagesPerTrigger, the latest offset Spark shows (backlog) looks this many batches ahead.
 LATEST_LOOKAHEAD = 10
-TARGET_POLL_SECONDS = 0.25  # AvailableNow: how often to look again at a block being written
+TARGET_POLL_SECONDS = 0.25
+FUTURE_TS_WARN_SECONDS = 60.0  # AvailableNow: how often to look again at a block being written
 CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 
 ARROW_SCHEMA = to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")
@@ -211,6 +212,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (start, end) of the batch planned last, with its timer path: partitions() reuses it
         self._planned: tuple[SourceOffset, SourceOffset, list[int]] | None = None
         self._scan_from: dict[tuple[int, int], int] = {}  # end position -> first timer slot
+        self._warned_future = False
         self._reset_live()
 
     def _reset_live(self) -> None:
@@ -294,6 +296,16 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.ack_through(s)
         # Ids another consumer took since `start` (an older checkpoint, clients) stay taken.
         from_id = max(s.id, st.pointers().reader)
+        ahead = (s.ts - st.clock.now_ms()) / 1000
+        if ahead > FUTURE_TS_WARN_SECONDS and not self._warned_future:
+            self._warned_future = True
+            log.warning(
+                "queue %s: the checkpoint's time is %.0f s ahead of Cassandra's clock (written "
+                "by a driver whose clock ran ahead); messages due before it were delivered "
+                "early, and the stream's time stays there until Cassandra's clock catches up",
+                queue.name,
+                ahead,
+            )
         waited_since = None
         while True:
             now_ms = st.clock.now_ms()
