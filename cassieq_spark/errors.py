@@ -14,6 +14,11 @@ class ConfigError(CassieQError, ValueError):
     """An option, argument or column is missing or has a value that is not allowed."""
 
 
+class CheckpointMismatchError(ConfigError):
+    """A streaming checkpoint belongs to another queue, or to an earlier incarnation of this one
+    (deleted and created again), or was written by a version that did not record its queue."""
+
+
 class SchemaNotBootstrappedError(CassieQError):
     """The keyspace or the cassieq tables do not exist yet."""
 

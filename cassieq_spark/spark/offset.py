@@ -1,28 +1,43 @@
-"""The streaming source's offset: a reader position plus a visibility time.
+"""The streaming source's offset: which queue, a reader position and a visibility time.
 
-``{"id": I, "ts": T}`` (always this key order, integers only) means: every message with an id
-below ``I`` whose due time (``visible_at``/``invisible_until``, if any) is at or before ``T``
-(epoch milliseconds) has been handed to a micro-batch ending at or before this offset. Spark
-stores offsets verbatim and compares them as strings, so the JSON form must be deterministic.
+``{"queue": Q, "incarnation": U, "from": F, "id": I, "ts": T}`` (always this key order; ``Q``
+and ``U`` strings, the rest integers) means: of the queue named ``Q`` whose current
+incarnation has the id ``U``, every message with an id below ``I`` whose due time
+(``visible_at``/``invisible_until``, if any) is at or before ``T`` (epoch milliseconds) has been
+handed to a micro-batch ending at or before this offset. Spark stores offsets verbatim and
+compares them as strings, so the JSON form must be deterministic.
+
+The queue and its incarnation make a checkpoint unusable with any other queue: without them a
+query restarted with another ``queue`` option, or after its queue was deleted and created
+again, applied its reader position to a queue it never read and acked what it never delivered
+(finding F24). Offsets of older versions, ``{"id", "ts"}`` only, cannot say which queue they
+belong to and are refused.
+
+``F`` is where the id path of the batch ending here starts: the larger of the previous offset's
+``id`` and the queue's reader pointer when the batch was planned. It is above the previous
+offset only when another consumer consumed ids since (a query restarted from an older
+checkpoint, clients in between); those ids are not delivered again (finding F26). It is part
+of the offset so that a replayed batch reads exactly what its first attempt read.
 
 A micro-batch ``(start, end]`` therefore delivers
 
-* the *id path*: ids in ``[start.id, end.id)`` that are due at ``end.ts`` (most messages have no
-  due time at all), and
-* the *timer path*: ids below ``start.id`` whose due time lies in ``(start.ts, end.ts]``
-  (delayed messages the id path passed before they were due).
-
-Every message is in exactly one batch: the time windows of consecutive batches are contiguous
-and each id is passed by the id path exactly once.
+* the *id path*: ids in ``[max(start.id, end.from), end.id)`` that are due at ``end.ts`` (most
+  messages have no due time at all), and
+* the *timer path*: delayed or once client-delivered messages with a smaller id that are due at
+  ``end.ts`` and not acked yet, found through their timers in the slots from
+  ``slot(start.ts)`` minus a settle margin (see ``engine/stream.py``).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import CheckpointMismatchError, ConfigError
+
+KEYS = ("queue", "incarnation", "from", "id", "ts")
 
 
 def _int_field(d: Mapping, key: str) -> int:
@@ -35,25 +50,85 @@ def _int_field(d: Mapping, key: str) -> int:
     return value
 
 
-@dataclass(frozen=True, order=True)
+def _str_field(d: Mapping, key: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"invalid cassieq source offset {dict(d)!r}: {key!r} must be a non-empty string; "
+            "the checkpoint was not written by this source"
+        )
+    return value
+
+
+@dataclass(frozen=True)
 class SourceOffset:
+    queue: str
+    incarnation: str  # the queue's queue_id, as text
+    from_id: int
     id: int
     ts: int  # epoch milliseconds
 
-    def to_dict(self) -> dict[str, int]:
-        return {"id": self.id, "ts": self.ts}
+    def to_dict(self) -> dict[str, str | int]:
+        return {
+            "queue": self.queue,
+            "incarnation": self.incarnation,
+            "from": self.from_id,
+            "id": self.id,
+            "ts": self.ts,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
+    @property
+    def position(self) -> tuple[int, int]:
+        """What orders offsets of one queue: the id, then the time."""
+        return (self.id, self.ts)
+
+    def covers(self, other: SourceOffset) -> bool:
+        """Everything ``other`` stands for is also below this offset."""
+        return self.id >= other.id and self.ts >= other.ts
+
+    def check_queue(self, name: str, queue_id: uuid.UUID | str) -> None:
+        """Fail unless this offset was written for the queue ``name`` in its incarnation
+        ``queue_id``: a position in one queue means nothing in another."""
+        if self.queue == name and self.incarnation == str(queue_id):
+            return
+        if self.queue == name:
+            raise CheckpointMismatchError(
+                f"the checkpoint of this query was written for queue {name!r} in its incarnation "
+                f"{self.incarnation}, but that queue was deleted and created again since (now "
+                f"incarnation {queue_id}); its positions mean nothing in the new queue. Start the "
+                "query with a new checkpointLocation to consume the new queue from its beginning"
+            )
+        raise CheckpointMismatchError(
+            f"the checkpoint of this query was written for queue {self.queue!r} (incarnation "
+            f"{self.incarnation}), but the query now reads queue {name!r} (incarnation "
+            f"{queue_id}); a checkpoint belongs to one queue. Set option queue to "
+            f"{self.queue!r} again, or use a new checkpointLocation for {name!r}"
+        )
+
     @classmethod
     def from_dict(cls, d: Mapping) -> SourceOffset:
-        if not isinstance(d, Mapping) or set(d) != {"id", "ts"}:
+        if isinstance(d, Mapping) and set(d) == {"id", "ts"}:
+            raise CheckpointMismatchError(
+                f"the checkpoint holds the offset {dict(d)!r} of an older cassieq-spark, which "
+                "does not record its queue; it cannot be checked against the queue read now. "
+                "Start the query with a new checkpointLocation (the queue's reader pointer keeps "
+                "what the old query acked, so nothing acked comes again)"
+            )
+        if not isinstance(d, Mapping) or set(d) != set(KEYS):
             raise ConfigError(
-                f"invalid cassieq source offset {d!r}: expected {{'id': int, 'ts': int}}; "
+                f"invalid cassieq source offset {d!r}: expected the keys {', '.join(KEYS)}; "
                 "the checkpoint was not written by this source"
             )
-        return cls(_int_field(d, "id"), _int_field(d, "ts"))
+        return cls(
+            _str_field(d, "queue"),
+            _str_field(d, "incarnation"),
+            _int_field(d, "from"),
+            _int_field(d, "id"),
+            _int_field(d, "ts"),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> SourceOffset:

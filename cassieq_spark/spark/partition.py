@@ -21,7 +21,7 @@ from pyspark.sql.datasource import InputPartition
 from ..engine.buckets import split_by_bucket
 
 KIND_IDS = "ids"  # the id path: ids in [lo, hi) due at end_ts
-KIND_TIMERS = "timers"  # the timer path: the listed ids, due in (start_ts, end_ts]
+KIND_TIMERS = "timers"  # the timer path: the listed ids, if still due at end_ts and not acked
 KIND_SNAPSHOT = "snapshot"  # batch read: every unacked message in [lo, hi)
 
 TIMER_IDS_PER_PARTITION = 2_000
@@ -36,7 +36,6 @@ class CassieQPartition(InputPartition):
     bucket_size: int
     lo: int = 0
     hi: int = 0
-    start_ts: int = 0  # epoch ms, exclusive
     end_ts: int = 0  # epoch ms, inclusive
     excluded: tuple[tuple[int, int], ...] = ()  # [lo, hi) ranges repair owns
     ids: tuple[int, ...] = ()  # timer path candidates

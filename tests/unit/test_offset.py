@@ -1,40 +1,46 @@
-"""The source offset: deterministic JSON with a fixed key order and integers only."""
+"""The source offset: deterministic JSON with a fixed key order, naming its queue."""
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
-from cassieq_spark.errors import ConfigError
+from cassieq_spark.errors import CheckpointMismatchError, ConfigError
 from cassieq_spark.spark.offset import SourceOffset
 
+QID = "0b5c0c8e-3d4f-4f43-9a7e-5d7f4a0f3e21"
 
-def test_json_has_fixed_key_order_and_integers():
-    off = SourceOffset(ts=1_700_000_000_123, id=42)
-    assert off.to_json() == '{"id": 42, "ts": 1700000000123}'
+
+def test_json_has_fixed_key_order():
+    off = SourceOffset("events", QID, 40, 42, 1_700_000_000_123)
+    assert off.to_json() == (
+        f'{{"queue": "events", "incarnation": "{QID}", "from": 40, "id": 42, "ts": 1700000000123}}'
+    )
     # Spark serializes the dict with json.dumps and compares strings: same bytes every time.
     assert json.dumps(off.to_dict()) == off.to_json()
-    assert list(off.to_dict()) == ["id", "ts"]
+    assert list(off.to_dict()) == ["queue", "incarnation", "from", "id", "ts"]
 
 
 def test_round_trip_from_any_key_order():
-    d = json.loads('{"ts": 5, "id": 7}')
+    d = json.loads(f'{{"ts": 5, "id": 7, "from": 6, "incarnation": "{QID}", "queue": "q"}}')
     off = SourceOffset.from_dict(d)
-    assert off == SourceOffset(7, 5)
-    assert json.dumps(off.to_dict()) == '{"id": 7, "ts": 5}'
+    assert off == SourceOffset("q", QID, 6, 7, 5)
     assert SourceOffset.from_json(off.to_json()) == off
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        {"id": 1},
-        {"id": 1, "ts": 2, "x": 3},
-        {"id": 1.0, "ts": 2},
-        {"id": True, "ts": 2},
-        {"id": "1", "ts": 2},
-        {"id": -5, "ts": 2},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": 1},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": 1, "ts": 2, "x": 3},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": 1.0, "ts": 2},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": True, "ts": 2},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": "1", "ts": 2},
+        {"queue": "q", "incarnation": QID, "from": 1, "id": -5, "ts": 2},
+        {"queue": "", "incarnation": QID, "from": 1, "id": 1, "ts": 2},
+        {"queue": "q", "incarnation": 5, "from": 1, "id": 1, "ts": 2},
         [1, 2],
     ],
 )
@@ -43,6 +49,24 @@ def test_rejects_foreign_offsets(bad):
         SourceOffset.from_dict(bad)
 
 
-def test_ordering_is_by_id_then_ts():
-    assert SourceOffset(1, 100) < SourceOffset(2, 0)
-    assert max(SourceOffset(3, 5), SourceOffset(3, 9)) == SourceOffset(3, 9)
+def test_offsets_of_older_versions_are_refused_with_what_to_do():
+    """They do not say which queue they belong to (F24): no guessing."""
+    with pytest.raises(CheckpointMismatchError, match="new checkpointLocation"):
+        SourceOffset.from_dict({"id": 3, "ts": 4})
+
+
+def test_check_queue_names_both_queues_and_incarnations():
+    off = SourceOffset("a", QID, 0, 10, 0)
+    off.check_queue("a", uuid.UUID(QID))
+    other = uuid.uuid4()
+    with pytest.raises(CheckpointMismatchError, match=f"'a'.*{QID}.*'b'.*{other}"):
+        off.check_queue("b", other)
+    with pytest.raises(CheckpointMismatchError, match=f"deleted and created again.*{other}"):
+        off.check_queue("a", other)
+
+
+def test_covers_is_by_id_and_time():
+    a = SourceOffset("q", QID, 0, 3, 9)
+    assert a.covers(SourceOffset("q", QID, 0, 3, 5))
+    assert not a.covers(SourceOffset("q", QID, 0, 4, 5))
+    assert not a.covers(SourceOffset("q", QID, 0, 2, 10))

@@ -1,0 +1,485 @@
+"""Protocol findings of the streaming source, each forced deterministically against the real
+Cassandra (nothing of it is mocked; races go through ``engine/faults.py``).
+
+Most tests drive :class:`CassieQStreamReader` in this process the way Spark's driver does
+(``initialOffset``, ``latestOffset``, ``partitions``, ``read``, ``commit``), which lets a test act
+between two steps. The checkpoint findings (F24, F26) also run through a real local Spark.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from test_source_stream import Collector, start  # tests/integration is on sys.path
+
+from cassieq_spark.engine import faults, monoton, pointers
+from cassieq_spark.errors import CheckpointMismatchError, QueueBusyError, QueueNotFoundError
+from cassieq_spark.spark import register
+from cassieq_spark.spark.source import CassieQStreamReader
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(autouse=True)
+def _faults():
+    yield
+    faults.reset()
+
+
+class Driver:
+    """Spark's driver side of one query run, in this process."""
+
+    def __init__(self, options: dict, **extra):
+        self.reader = CassieQStreamReader({**options, **{k: str(v) for k, v in extra.items()}})
+        self.offset: dict | None = None
+        self.delivered: Counter = Counter()
+
+    def start(self, offset: dict | None = None) -> dict:
+        self.offset = offset if offset is not None else self.reader.initialOffset()
+        return self.offset
+
+    def plan(self, limit=None) -> dict | None:
+        """latestOffset for the next batch (it acks the previous one); None: no new batch."""
+        end = self.reader.latestOffset(self.offset, limit or ReadAllAvailable())
+        return None if end == self.offset else end
+
+    def read(self, start: dict, end: dict) -> list[int]:
+        ids = []
+        for part in self.reader.partitions(start, end):
+            for batch in self.reader.read(part):
+                ids.extend(batch.column("id").to_pylist())
+        self.delivered.update(ids)
+        return ids
+
+    def batch(self, limit=None) -> list[int]:
+        """Plan, read and move on (acked by the next plan or by commit())."""
+        end = self.plan(limit)
+        if end is None:
+            return []
+        ids = self.read(self.offset, end)
+        self.offset = end
+        return ids
+
+    def commit(self) -> None:
+        self.reader.commit(self.offset)
+
+    def drain(self, rounds: int = 10) -> None:
+        for _ in range(rounds):
+            if not self.batch():
+                break
+        self.commit()
+
+
+@pytest.fixture
+def drivers(queue_client, cassieq_options):
+    made: list[Driver] = []
+
+    def make(queue: str, **extra) -> Driver:
+        d = Driver({**cassieq_options, "queue": queue}, **extra)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.reader.stop()
+
+
+def acked_flag(queue_client, queue: str, mid: int):
+    from cassieq_spark.engine.messages import read_one
+
+    return read_one(queue_client.conn, queue_client.get_queue(queue), mid, "acked").acked
+
+
+# -- F24: a checkpoint belongs to one queue incarnation -----------------------------------------
+
+
+@pytest.mark.spark
+def test_f24_checkpoint_reused_with_another_queue_fails_and_acks_nothing(
+    spark, queue_client, queue_name, cassieq_options, tmp_path
+):
+    """Old code (verified): the query on queue B applied A's stored reader position (id 10) to
+    B: its first latestOffset moved B's reader pointer to 10 and counted 10 of B's messages
+    acked that no batch had delivered, then delivered only B's ids 10..99."""
+    register(spark)
+    a, b = f"{queue_name}_a", f"{queue_name}_b"
+    queue_client.create_queue(a)
+    queue_client.create_queue(b)
+    ids_a = queue_client.put_many(a, [b"a"] * 10)
+    ck = tmp_path / "ck"
+    c = Collector()
+    q = start(spark, {**cassieq_options, "queue": a}, c, ck, {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert c.ids == ids_a
+    queue_client.put_many(b, [b"b"] * 100)
+    c2 = Collector()
+    q = start(spark, {**cassieq_options, "queue": b}, c2, ck, {"availableNow": True})
+    with pytest.raises(Exception, match=f"written for queue '{a}'.*reads queue '{b}'"):
+        q.awaitTermination(180)
+    assert c2.ids == []
+    st = queue_client.stats(b)
+    assert st["acked"] == 0 and st["reader_pointer"] == 0 and st["backlog"] == 100
+
+
+@pytest.mark.spark
+def test_f24_checkpoint_after_queue_recreated_fails_and_acks_nothing(
+    spark, queue_client, queue_name, cassieq_options, tmp_path
+):
+    """Old code (verified): after delete + create, the restarted query moved the new queue's
+    reader pointer to the old position (10), acking 10 new messages it never delivered."""
+    register(spark)
+    queue_client.create_queue(queue_name)
+    queue_client.put_many(queue_name, [b"old"] * 10)
+    ck = tmp_path / "ck"
+    opts = {**cassieq_options, "queue": queue_name}
+    q = start(spark, opts, Collector(), ck, {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    queue_client.delete_queue(queue_name)
+    queue_client.create_queue(queue_name)
+    queue_client.put_many(queue_name, [b"new"] * 100)
+    c = Collector()
+    q = start(spark, opts, c, ck, {"availableNow": True})
+    with pytest.raises(Exception, match="deleted and created again"):
+        q.awaitTermination(180)
+    assert c.ids == []
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 0 and st["reader_pointer"] == 0 and st["backlog"] == 100
+
+
+def test_f23_running_stream_fails_when_its_queue_is_deleted_or_recreated(
+    queue_client, queue_name, drivers
+):
+    """Old code (verified): the stream kept the incarnation it resolved at start; after a
+    delete its latestOffset returned `start` forever (no error, no data); after delete +
+    create it still returned `start` while the new queue had a backlog of 5."""
+    queue_client.create_queue(queue_name)
+    ids = queue_client.put_many(queue_name, [b"x"] * 5)
+    d = drivers(queue_name, consumerId="gone")
+    d.start()
+    assert d.batch() == ids
+    queue_client.delete_queue(queue_name)
+    with pytest.raises(QueueNotFoundError, match="was deleted while this streaming query"):
+        d.plan()
+    queue_client.create_queue(queue_name)
+    queue_client.put_many(queue_name, [b"y"] * 5)
+    with pytest.raises(CheckpointMismatchError, match="deleted and created again"):
+        d.plan()
+    assert queue_client.stats(queue_name)["acked"] == 0
+
+
+# -- F26: an older checkpoint does not re-deliver what another consumer consumed -----------------
+
+
+@pytest.mark.spark
+def test_f26_older_checkpoint_does_not_redeliver_what_another_query_acked(
+    spark, queue_client, queue_name, cassieq_options, tmp_path
+):
+    """The review's steps. Old code (verified): the restart of A on its checkpoint delivered
+    ids 100..149 again in a batch {"id":100} -> {"id":150}, although B had processed and acked
+    them (stats said acked 150, backlog 0 before and after)."""
+    register(spark)
+    queue_client.create_queue(queue_name)
+    first = queue_client.put_many(queue_name, [b"1"] * 100)
+    # One consumerId: B takes the lease over at once instead of waiting for A's to lapse.
+    opts = {**cassieq_options, "queue": queue_name, "consumerId": "e1"}
+    ca = Collector()
+    q = start(spark, opts, ca, tmp_path / "ckA", {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert ca.ids == first
+    second = queue_client.put_many(queue_name, [b"2"] * 50)
+    cb = Collector()
+    q = start(spark, opts, cb, tmp_path / "ckB", {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert cb.ids == second
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 150 and st["backlog"] == 0
+    again = Collector()
+    q = start(spark, opts, again, tmp_path / "ckA", {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert again.ids == []
+    third = queue_client.put_many(queue_name, [b"3"] * 5)
+    q = start(spark, opts, again, tmp_path / "ckA", {"availableNow": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert again.ids == third  # and A goes on from the queue's position
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 155 and st["backlog"] == 0
+
+
+def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
+    queue_client, queue_name, drivers
+):
+    """A batch planned after another consumer moved the reader pointer past `start` skips the
+    ids consumed meanwhile; its offset records where it starts, so a replay on a new reader
+    (after a crash, with the pointer moved further) reads exactly the same ids.
+    Old code (verified): the id path started at `start.id` whatever the pointer said: the
+    batch delivered all 40 ids, the 20 consumed ones again."""
+    queue_client.create_queue(queue_name, bucket_size=10)
+    ids = queue_client.put_many(queue_name, [b"m"] * 40)
+    a = drivers(queue_name, consumerId="same")
+    s = a.start()
+    q = queue_client.get_queue(queue_name)
+    pointers.advance(queue_client.conn, q, "reader", 20)  # another consumer took 0..19
+    end = a.plan()
+    assert end["from"] == 20 and end["id"] == 40
+    assert a.read(s, end) == ids[20:]
+    pointers.advance(queue_client.conn, q, "reader", 30)  # and moves on while we crash
+    replay = drivers(queue_name, consumerId="same")
+    assert replay.read(s, end) == ids[20:]
+    replay.start(end)
+    replay.commit()
+    st = queue_client.stats(queue_name)
+    assert st["reader_pointer"] == 40 and st["backlog"] == 0
+
+
+# -- F12: ack only what the batch delivered ------------------------------------------------------
+
+
+def test_f12_client_change_after_the_read_is_not_acked_and_comes_in_a_later_batch(
+    queue_client, queue_name, drivers
+):
+    """Client C holds X (invisible for 60 s) when the stream starts. After the stream's batch
+    was read, C (clock 2 s behind) calls change_visibility(X, 0): X is due before the batch's
+    time and has a timer in the slots the ack looks at. Old code (verified): commit acked X,
+    which no batch had returned: lost. Now the ack sees that X's state was written after the
+    batch was planned and leaves it; the next batch delivers it (the timer path looks a few
+    slots back), once."""
+    queue_client.create_queue(queue_name, bucket_size=10)
+    x = queue_client.put(queue_name, b"x")
+    held = queue_client.get(queue_name, visibility_timeout=60)
+    assert held.id == x
+    y = queue_client.put(queue_name, b"y")
+    d = drivers(queue_name, consumerId="f12")
+    d.start()
+    assert d.batch() == [y]
+    faults.set_skew(-2.0)
+    queue_client.change_visibility(queue_name, held.pop_receipt, 0)
+    faults.set_skew(0.0)
+    d.commit()
+    assert not acked_flag(queue_client, queue_name, x)
+    time.sleep(1.1)  # the next batch's time is past X's new due time
+    assert d.batch() == [x]
+    d.commit()
+    assert acked_flag(queue_client, queue_name, x)
+    assert d.batch() == []
+    d.commit()
+    assert d.delivered == Counter({x: 1, y: 1})
+    st = queue_client.stats(queue_name)
+    assert st["backlog"] == 0 and st["in_flight"] == 0 and st["delayed"] == 0
+
+
+# -- F14: the lease is a fence ---------------------------------------------------------------------
+
+
+def test_f14_run_whose_lease_lapsed_and_was_taken_acks_nothing(queue_client, queue_name, drivers):
+    """Run A's renewals fail (Cassandra slow for A) for longer than the lease timeout; query B
+    takes the lapsed lease. Old code (verified): A's commit() acked its batch anyway (reader
+    pointer 10) while B consumed the queue. Now A's commit fails with QueueBusyError and moves
+    nothing; B delivers the batch again (at least once) and acks it."""
+    queue_client.create_queue(queue_name)
+    ids = queue_client.put_many(queue_name, [b"l"] * 10)
+    a = drivers(queue_name, consumerId="a", leaseTimeout=3)
+    a.start()
+    assert a.batch() == ids
+
+    def renewals_fail(**_):
+        if threading.current_thread().name == "cassieq-lease":
+            raise TimeoutError("injected: renewal timed out")
+
+    faults.on("lease.before_renew", renewals_fail)
+    b = drivers(queue_name, consumerId="b", leaseTimeout=3)
+    b.start()  # waits for A's lease to lapse, then takes it
+    faults.reset()
+    with pytest.raises(QueueBusyError, match="lost its lease"):
+        a.commit()
+    st = queue_client.stats(queue_name)
+    assert st["reader_pointer"] == 0 and st["acked"] == 0
+    assert b.batch() == ids
+    b.commit()
+    st = queue_client.stats(queue_name)
+    assert st["reader_pointer"] == 10 and st["acked"] == 10
+    with pytest.raises(QueueBusyError):
+        a.plan()
+
+
+def test_f14_two_runs_with_one_consumer_id_the_later_one_wins(queue_client, queue_name, drivers):
+    """Old code (verified): both runs wrote owner 'stream:x' and both "held" the lease; the
+    earlier run's commit acked while the later one consumed. Now the later run takes over at
+    once and the earlier one fails with QueueBusyError on its next ack."""
+    queue_client.create_queue(queue_name)
+    ids = queue_client.put_many(queue_name, [b"s"] * 10)
+    first = drivers(queue_name, consumerId="x")
+    first.start()
+    assert first.batch() == ids
+    second = drivers(queue_name, consumerId="x")
+    second.start()
+    with pytest.raises(QueueBusyError, match="another run of this query"):
+        first.commit()
+    assert queue_client.stats(queue_name)["reader_pointer"] == 0
+    assert second.batch() == ids
+    second.commit()
+    assert queue_client.stats(queue_name)["acked"] == 10
+
+
+# -- F21: renewals and release, process-lifetime state ------------------------------------------
+
+
+def test_f21_renewal_racing_with_stop_does_not_take_the_lease_back(
+    queue_client, queue_name, drivers
+):
+    """The renewer is inside a renewal when stop() releases the lease. Old code (verified: a
+    renewal, i.e. acquire_lease, run right after stop() took the free lease back through its
+    takeover branch) blocked other consumers for a lease period after the release. Now
+    renewals only extend a lease the run holds, and stop() waits for the renewer."""
+    queue_client.create_queue(queue_name)
+    d = drivers(queue_name, consumerId="r21", leaseTimeout=3)
+    d.start()
+    lease = d.reader._stream.lease
+    inside, release_called = threading.Event(), threading.Event()
+
+    def slow_renewal(**_):
+        if threading.current_thread().name == "cassieq-lease":
+            inside.set()
+            release_called.wait(5)
+            time.sleep(0.3)
+
+    faults.on("lease.before_renew", slow_renewal)
+    assert inside.wait(10)
+    token = lease.token
+    stopper = threading.Thread(target=d.reader.stop)
+    stopper.start()
+    release_called.set()
+    stopper.join(15)
+    time.sleep(1.5)  # a renewer still running would renew within lease/3 = 1 s
+    q = queue_client.get_queue(queue_name)
+    p = pointers.read(queue_client.conn, q)
+    assert p.lease_owner is None
+    # and a renewal with the released run's token cannot bring it back either
+    until = pointers.lease_time(time.time() + 3)
+    assert not pointers.renew_lease(queue_client.conn, q, "stream:r21", token, until)
+    assert pointers.read(queue_client.conn, q).lease_owner is None
+    assert queue_client.get(queue_name) is None  # clients are not blocked
+
+
+def test_f21_recorded_abandoned_ranges_are_pruned(queue_client, queue_name, drivers):
+    """Old code (verified): every abandoned range the stream handed to repair stayed in
+    `_recorded` for the life of the driver process ({(3, 7)} here after the stream passed it)."""
+    q = queue_client.create_queue(queue_name, bucket_size=10, repair_timeout=1)
+    before = queue_client.put_many(queue_name, [b"b"] * 3)
+    monoton.reserve(queue_client.conn, q, 4)  # its writer dies: never closed
+    time.sleep(1.2)
+    after = queue_client.put_many(queue_name, [b"a"] * 3)
+    d = drivers(queue_name, consumerId="r21b")
+    d.start()
+    assert d.batch() == before + after
+    assert d.reader._stream._recorded  # handed to repair, remembered while it matters
+    queue_client.put_many(queue_name, [b"c"] * 3)
+    assert len(d.batch()) == 3
+    assert d.reader._stream._recorded == set()
+
+
+# -- F29: the batch time is Cassandra's, not the driver's -----------------------------------------
+
+
+def test_f29_driver_clock_ahead_does_not_deliver_delayed_messages_early(
+    queue_client, queue_name, drivers
+):
+    """Old code (verified): with the driver's clock an hour ahead, the batch time was an hour
+    in the future: the message delayed by 60 s was delivered at once and acked."""
+    queue_client.create_queue(queue_name)
+    delayed = queue_client.put(queue_name, b"later", delay=60)
+    plain = queue_client.put(queue_name, b"now")
+    faults.set_skew(3600)
+    d = drivers(queue_name, consumerId="f29")
+    d.start()
+    assert d.batch() == [plain]
+    assert abs(d.offset["ts"] / 1000 - time.time()) < 30
+    d.commit()
+    assert d.batch() == []
+    d.commit()
+    assert not acked_flag(queue_client, queue_name, delayed)
+    q = queue_client.get_queue(queue_name)
+    assert pointers.read(queue_client.conn, q).lease_until < time.time() + 60
+    faults.set_skew(0)  # stats() counts what is delayed by this process's clock
+    st = queue_client.stats(queue_name)
+    assert st["delayed"] == 1 and st["acked"] == 1
+
+
+# -- F23: AvailableNow reaches its target -----------------------------------------------------------
+
+
+def test_f23_available_now_waits_for_a_block_still_being_written(queue_client, queue_name, drivers):
+    """A writer holds a young open block between two written ones when the AvailableNow run
+    starts. Old code (verified): the target was the horizon, i.e. the open block's start: the
+    run ended without the messages above it. Now the target is everything reserved at start,
+    and latestOffset waits (at most the repair timeout) for the block to close."""
+    q = queue_client.create_queue(queue_name, bucket_size=10, repair_timeout=20)
+    below = queue_client.put_many(queue_name, [b"1"] * 5)
+    res = monoton.reserve(queue_client.conn, q, 3)
+    above = queue_client.put_many(queue_name, [b"2"] * 5)
+    d = drivers(queue_name, consumerId="an")
+    d.start()
+    d.reader.prepareForTriggerAvailableNow()
+    assert d.batch() == below
+    threading.Timer(1.5, lambda: monoton.close(queue_client.conn, q, res).result()).start()
+    t0 = time.monotonic()
+    assert d.batch() == above
+    assert 1.0 < time.monotonic() - t0 < 15
+    assert d.plan() is None  # the target is reached: the run ends
+    assert queue_client.stats(queue_name)["acked"] == 10
+
+
+# -- F17: the work of a trigger follows the batch --------------------------------------------------
+
+
+class Statements:
+    """Records the CQL of every statement this process sends (through the fault seam, which
+    sees them all; the rule never fires)."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+        faults.inject(faults.TIMEOUT_BEFORE, self._record, times=None)
+
+    def _record(self, cql: str) -> bool:
+        self.seen.append(" ".join(cql.split()))
+        return False
+
+    def take(self) -> list[str]:
+        out, self.seen = self.seen, []
+        return out
+
+
+def test_f17_ack_reads_only_delayed_rows_and_planning_is_windowed(
+    queue_client, queue_name, drivers
+):
+    """Old code (verified): commit re-read every row of the batch on the driver (an unfiltered
+    range read of 252 rows per ack), and with maxMessagesPerTrigger latestOffset still read
+    every reservation of the backlog (no upper bound on `lo`). Now plain messages are counted
+    by Cassandra, only the delayed ones come back, and planning looks a few batches ahead."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    queue_client.create_queue(queue_name, bucket_size=100)
+    plain = queue_client.put_many(queue_name, [b"p"] * 250)
+    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
+    for _ in range(30):
+        queue_client.put(queue_name, b"one")  # a backlog of single reservations
+    time.sleep(1.2)
+    d = drivers(queue_name, consumerId="f17")
+    s = d.start()
+    rec = Statements()
+    end = d.reader.latestOffset(s, ReadMaxRows(252))
+    planning = rec.take()
+    assert d.read(s, end) == plain + delayed
+    rec.take()
+    d.offset = end
+    d.commit()
+    acking = rec.take()
+    horizon = [c for c in planning if ".monoton WHERE" in c and "lo >= ?" in c]
+    assert horizon and all("lo < ?" in c for c in horizon)
+    message_reads = [c for c in acking if ".messages WHERE" in c and "id >= ?" in c]
+    assert message_reads and all("COUNT(*)" in c or "ALLOW FILTERING" in c for c in message_reads)
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 252 and st["reader_pointer"] == 252
+    assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
