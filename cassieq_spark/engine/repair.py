@@ -4,16 +4,23 @@ Readers never pass an id whose reservation is open and younger than the repair t
 writer dies holding a reservation, readers pass it after that timeout and record it in
 ``skipped``. Repair waits the repair timeout once more (a slow writer may still land), then:
 
-* republishes every message that did land there and that nothing else will deliver (rows with a
-  delay or already delivered belong to the timers), each under a reservation keyed by its
-  original id, so two repairs at once, or a repair killed and rerun, republish it exactly once;
+* republishes every message that did land there and is not acked or dead, each under a
+  reservation keyed by its original id, so two repairs at once, or a repair killed and rerun,
+  republish it exactly once. Repair owns *every* such row: the Spark source never delivers a
+  row of a skipped range, so a delayed row, or one a client holds, would otherwise stay
+  forever and pin the repair pointer (finding F3). A delayed row is taken over (a
+  compare-and-set marks it dead, ``moved = 'repair'``) and republished with the delay it has
+  left; a row a client holds is left until its visibility timeout passes (the range stays
+  not done), then taken over the same way;
 * counts the ids that never arrived as lost;
 * marks the range done (a compare-and-set: only one repair counts it).
 
 Buckets that lie wholly below the reader pointer, whose messages are all finished (acked, dead,
 consumed by a streaming query, or handed to repair and repaired), are dropped as whole
 partitions and the repair pointer moves over the contiguous prefix of them, so storage and
-scans do not grow with history.
+scans do not grow with history. What only mattered for those buckets goes with them: the
+skipped ranges below the pointer with their reservation rows and republish keys, the
+dead-letter copy keys; and timers well behind the invisibility pointer (finding F22).
 
 The steps are separate functions so that the Spark job (``cassieq_spark.spark.repair_job``) can
 run range repairs and bucket checks as parallel tasks; :func:`repair_queue` runs them here.
@@ -27,12 +34,22 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 
-from . import clock, monoton, pointers
-from .buckets import bucket_end, bucket_start
+from . import clock, deadletter, monoton, pointers, timers
+from .buckets import bucket_end, bucket_of, bucket_start
 from .clock import to_epoch
-from .consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from .counters import Counters
-from .messages import is_done, read_range, write_messages
+from .deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from .messages import (
+    MOVED_DLQ,
+    MOVED_DLQ_DONE,
+    MOVED_DLQ_MISSING,
+    MOVED_REPAIR,
+    is_done,
+    is_expired,
+    read_range,
+    remaining_ttl,
+    write_messages,
+)
 from .queues import QueueInfo
 from .session import Connection
 
@@ -123,8 +140,11 @@ def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservat
     return bool(upd.was_applied)
 
 
-def republish(conn: Connection, queue: QueueInfo, row, repair_timeout: float) -> int | None:
-    """Enqueue a copy of ``row`` exactly once; returns the id it got (None: already done).
+def republish(
+    conn: Connection, queue: QueueInfo, row, repair_timeout: float, delay: float = 0.0
+) -> int | None:
+    """Enqueue a copy of ``row`` exactly once, visible after ``delay`` seconds; returns the id it
+    got (None: already done).
 
     The copy's block is keyed by the original id, so a second repair, or a rerun after a
     crash, finds the same block: closed means done; open and young means a writer (maybe
@@ -145,7 +165,9 @@ def republish(conn: Connection, queue: QueueInfo, row, repair_timeout: float) ->
         age = _block_age(conn, queue, res.lo, clock.now())
         fresh = age is not None and age < repair_timeout / 2
         if fresh or _claim_stale_block(conn, queue, res):
-            write_messages(conn, queue, res.lo, [row.payload or b""], [headers])
+            write_messages(
+                conn, queue, res.lo, [row.payload or b""], [headers], [delay] if delay else None
+            )
             monoton.close(conn, queue, res).result()
             return res.lo
         # The block was repaired already. If our copy had landed there, that repair
@@ -182,24 +204,46 @@ def repair_range(
     """Republish what landed in one skipped range and mark it done.
 
     Returns (republished, lost ids) as counted by this call; (0, 0) when another repair
-    counted the range first, or when a republisher pushed its repair back (see
-    :func:`_claim_stale_block`): the range is then repaired again on a later pass.
+    counted the range first, when a republisher pushed its repair back (see
+    :func:`_claim_stale_block`), or while a client still holds one of its messages: the range
+    is then repaired again on a later pass (republishing is keyed, so nothing twice).
     """
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
-    rows = list(
-        read_range(
-            conn, queue, rng.lo, rng.hi, "id, payload, headers, visible_at, version, acked, dead"
-        )
-    )
+    now = clock.now()
+    rows = list(read_range(conn, queue, rng.lo, rng.hi, _RANGE_COLUMNS))
     lost = (rng.hi - rng.lo) - len(rows)
-    # Rows with a delay, or already delivered, have timers: those deliver them, not repair.
-    todo = [
-        r for r in rows if not r.acked and not r.dead and r.version is None and r.visible_at is None
-    ]
+    todo: list[tuple[object, float]] = []  # (row, delay left)
+    waiting = 0
+    for r in rows:
+        if r.dead:
+            if r.moved == MOVED_REPAIR:
+                todo.append((r, _delay_left(r, now)))  # taken over by an earlier pass
+            elif r.moved == MOVED_DLQ and not dry_run:
+                deadletter.complete(conn, counters, queue, r.id)
+            continue
+        if r.acked or is_expired(r, queue, now):
+            continue
+        if r.version is None and r.visible_at is None:
+            todo.append((r, 0.0))  # plain: readers pass skipped ranges, nobody else has it
+        elif r.version is not None and to_epoch(r.invisible_until) > now:
+            waiting += 1  # a client holds it: it may still ack
+        elif dry_run or _take_over(conn, queue, r, now):
+            todo.append((r, _delay_left(r, now)))
+        else:
+            waiting += 1  # claimed or acked since it was read: look again next pass
     if dry_run:
         return len(todo), lost
-    for r in todo:
-        republish(conn, queue, r, timeout)
+    for r, delay in todo:
+        republish(conn, queue, r, timeout, delay)
+    if waiting:
+        log.info(
+            "queue %s: range %d..%d waits for %d messages clients hold",
+            queue.name,
+            rng.lo,
+            rng.hi,
+            waiting,
+        )
+        return 0, 0
     # `done_by` tells this call's completion from a concurrent repair's after a lost reply,
     # so the counters move exactly once.
     token = uuid.uuid4().hex
@@ -238,22 +282,74 @@ def repair_range(
     return len(todo), lost
 
 
+_RANGE_COLUMNS = (
+    "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, "
+    "acked, dead, moved"
+)
+
+
+def _delay_left(row, now: float) -> float:
+    """What is left of a never-delivered message's delay (a delivered one is due already)."""
+    if row.version is not None or row.visible_at is None:
+        return 0.0
+    return max(0.0, to_epoch(row.visible_at) - now)
+
+
+def _take_over(conn: Connection, queue: QueueInfo, row, now: float) -> bool:
+    """Mark a row of a skipped range dead before republishing it, at the delivery version it
+    was read with, so a client's timer path cannot deliver it as well."""
+    key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
+    res = conn.cas(
+        "UPDATE {ks}.messages USING TTL ? SET dead = true, moved = ? "
+        "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
+        (remaining_ttl(row, queue, now), MOVED_REPAIR, *key, row.version),
+        read="SELECT dead, moved FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+        read_params=key,
+        # A concurrent repair that took it over is as good: the republish is keyed.
+        applied=lambda cur: cur is not None and bool(cur.dead) and cur.moved == MOVED_REPAIR,
+    )
+    return bool(res.was_applied)
+
+
 def bucket_finished(
-    conn: Connection, queue: QueueInfo, bucket: int, reader: int, ranges: list[SkippedRange]
+    conn: Connection,
+    queue: QueueInfo,
+    bucket: int,
+    reader: int,
+    ranges: list[SkippedRange],
+    *,
+    dry_run: bool = False,
 ) -> bool:
     """May ``bucket`` be dropped? Only when nothing in it still needs a reader or repair.
 
     ``ranges`` must have been read *after* ``reader``: readers record a skipped range before
     they move the pointer past it, so every range below that pointer is then in the list.
+    A dead-letter move a crash left half done is finished here first (unless ``dry_run``);
+    once the bucket is finished, the keys of its dead-letter copies are dropped.
     """
     lo, hi = bucket_start(bucket, queue.bucket_size), bucket_end(bucket, queue.bucket_size)
     if hi > reader:
         return False
     if any(not r.done and r.lo < hi and r.hi > lo for r in ranges):
         return False
-    for row in read_range(conn, queue, lo, hi, "id, version, visible_at, acked, dead"):
-        if not is_done(row, reader):  # rows of a repaired range count as consumed
+    now = clock.now()
+    copies: list[int] = []
+    for row in read_range(
+        conn, queue, lo, hi, "id, enqueued_at, version, visible_at, acked, dead, moved"
+    ):
+        if row.dead and row.moved == MOVED_DLQ:
+            if dry_run:
+                return False
+            deadletter.complete(conn, Counters(conn), queue, row.id)
+            copies.append(row.id)
+        elif row.dead and row.moved in (MOVED_DLQ_DONE, MOVED_DLQ_MISSING):
+            copies.append(row.id)
+        elif is_expired(row, queue, now):
+            continue  # its payload is gone: nothing left to deliver
+        elif not is_done(row, reader):  # rows of a repaired range count as consumed
             return False  # in flight, waiting for redelivery, or delayed
+    if not dry_run:
+        deadletter.forget_copy_keys(conn, queue, copies)
     return True
 
 
@@ -327,7 +423,56 @@ def finish_pass(
         # buckets already gone, and the next pass just drops them again.
         reclaim_buckets(conn, queue, ptrs.repair, to)
         pointers.advance(conn, queue, "repair", to)
-    report.repair_pointer = max(to, pointers.read(conn, queue).repair)
+    current = pointers.read(conn, queue)
+    report.repair_pointer = max(to, current.repair)
+    forget_ranges(conn, queue, report.repair_pointer * queue.bucket_size)
+    timers.reclaim(conn, queue, current.timer_slot)
+
+
+def forget_ranges(conn: Connection, queue: QueueInfo, below_id: int) -> int:
+    """Delete what is kept for skipped ranges whose buckets are reclaimed (all below
+    ``below_id``): their reservation row, the keys of their republished copies, the range.
+
+    Only then: until its bucket is gone a late writer's close must still find the reservation
+    marked skipped (a missing row would let the close apply), and readers exclude the range.
+    The range row goes last, so a crash in between repeats the whole step next pass.
+    """
+    stamp = int((clock.now() + monoton.CLOSE_STAMP_AHEAD) * 1_000_000)
+    forgotten = 0
+    for rng in skipped_ranges(conn, queue):
+        if not rng.done or rng.hi > below_id:
+            continue
+        conn.cas(
+            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = true",
+            (queue.queue_id, rng.lo),
+            read="SELECT hi FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is None,
+        )
+        # Keys of republished copies (see republish): inserted by compare-and-set, so the
+        # delete is stamped ahead of any ballot; nothing writes these keys again.
+        futures = []
+        for mid in range(rng.lo, rng.hi):
+            futures.append(
+                conn.execute_async(
+                    "DELETE FROM {ks}.reservation_keys USING TIMESTAMP ? "
+                    "WHERE queue_id = ? AND key = ?",
+                    (stamp, queue.queue_id, f"repair:{mid}#0"),
+                )
+            )
+            if len(futures) >= 64:
+                futures.pop(0).result()
+        for f in futures:
+            f.result()
+        conn.cas(
+            "DELETE FROM {ks}.skipped WHERE queue_id = ? AND lo = ? IF done = true",
+            (queue.queue_id, rng.lo),
+            read="SELECT hi FROM {ks}.skipped WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is None,
+        )
+        forgotten += 1
+    return forgotten
 
 
 def repair_queue(
@@ -361,7 +506,7 @@ def repair_queue(
     report.pending_ranges = sum(1 for r in ranges if not r.done)
     checks: dict[int, bool] = {}
     for bucket in buckets_to_check(queue, ptrs, max_buckets):
-        checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges)
+        checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges, dry_run=dry_run)
         if not checks[bucket]:
             break  # in this process, stop at the first bucket that holds the pointer back
     finish_pass(conn, queue, ptrs, checks, report)
