@@ -13,29 +13,27 @@ The reader pointer moves past every message that has been delivered once, is del
 in a reservation handed to repair: those come back through timers or repair, so the pointer
 never stalls behind them.
 
-A get's cost is bounded whatever the backlog: due timers are read a window at a time, ids this
-client knows to be held are not read again before they are due, and a get gives up after a few
-lost claims (each lost claim costs a Paxos round and leaves a timer behind) (finding F18).
+A get's cost is bounded whatever the backlog (finding F18): see ``timer_path.py`` for the timers;
+on the reader path a get tries a few candidates, then reads the stretch afresh rather than
+try each candidate it read (each lost claim costs a Paxos round and leaves a timer behind).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
-from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import QueueBusyError, StaleReceiptError
-from . import clock, deadletter, faults, monoton, pointers, timers
+from . import clock, faults, monoton, pointers, timers
 from .buckets import bucket_of
-from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
+from .clock import from_epoch, timer_slot, to_epoch
 from .deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from .messages import MOVED_DLQ, Message, is_expired, read_one, read_range, remaining_ttl
+from .messages import Message, is_expired, read_one, read_range, remaining_ttl
 from .queues import QueueInfo
 from .receipts import PopReceipt
 from .session import Connection
+from .timer_path import CONTENDED_SECONDS, MAX_LOST_CLAIMS, ROW, SCAN_COLUMNS, TimerPath
 
 __all__ = [
     "HEADER_DELIVERY_COUNT",
@@ -54,16 +52,7 @@ HORIZON_WINDOW = 4096
 SCAN_CHUNK = 1024
 CANDIDATE_SPREAD = 8  # consumers pick among the first few candidates to race less
 POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one client
-CONTENDED_SECONDS = 1.0  # after a lost claim, a client spreads its first try for this long
-TIMER_READ_WINDOW = 64  # due timer rows read at once
-MAX_LOST_CLAIMS = 3  # claims lost in a row before a get re-reads (reader path) or moves on
 SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
-# What scans need to decide; payloads are fetched only for the one message claimed, so a scan
-# costs the same for 1 MiB payloads as for 10-byte ones.
-SCAN_COLUMNS = (
-    "id, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead, moved"
-)
-_ROW = "SELECT {cols} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
 
 # Cells written after the insert carry what is left of the message's TTL (finding F19).
 _CLAIM = (
@@ -107,9 +96,7 @@ class Consumer:
         self.conn = conn
         self.counters = counters
         self._readers: dict = {}
-        # queue_id -> {slot: {id: until}}: ids of due slots not worth reading again before
-        # ``until`` (inf: acked or dead, final; else due later, or held by another consumer).
-        self._known: dict = {}
+        self._timers = TimerPath(conn, counters)
         self._marked: set = set()
 
     # -- delivery ---------------------------------------------------------------------------
@@ -120,7 +107,7 @@ class Consumer:
         busy = _stream_lease(queue, ptrs, now)
         if busy is not None:
             raise busy
-        msg = self._from_timers(queue, ptrs, now, visibility_timeout)
+        msg = self._timers.next(queue, ptrs, now, visibility_timeout, self._claim)
         if msg is None:
             msg = self._from_reader(queue, ptrs, now, visibility_timeout)
         return msg
@@ -133,9 +120,7 @@ class Consumer:
         self._schedule(queue, due, row.id, now)
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
-        body_future = self.conn.execute_async(
-            _ROW.format(cols="payload, headers, enqueued_at"), key
-        )
+        body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
         faults.point("consumer.before_claim", queue=queue, row=row)
         res = self.conn.cas(
             _CLAIM,
@@ -147,7 +132,7 @@ class Consumer:
                 *key,
                 row.version,
             ),
-            read=_ROW.format(cols="version, invisible_until"),
+            read=ROW.format(cols="version, invisible_until"),
             read_params=key,
             applied=lambda cur: _holds(cur, version, due),
         )
@@ -155,6 +140,7 @@ class Consumer:
         if not res.was_applied:
             return None
         self._fence(queue, row, key, version, now)
+        self._timers.delivered(queue, row.id, version, due)
         if body is None or body.enqueued_at is None:
             return None  # its TTL ran out meanwhile: the claim's cells expire with it
         return Message(
@@ -186,7 +172,7 @@ class Consumer:
                 *key,
                 version,
             ),
-            read=_ROW.format(cols="version"),
+            read=ROW.format(cols="version"),
             read_params=key,
             applied=lambda cur: cur is not None and cur.version == row.version,
         )
@@ -210,72 +196,6 @@ class Consumer:
         if len(self._marked) > 4096:
             self._marked.clear()
         self._marked.add(key)
-
-    def _from_timers(self, queue, ptrs, now, vt) -> Message | None:
-        now_slot = timer_slot(now)
-        resolved_to = ptrs.timer_slot
-        contiguous = True
-        known = self._known.setdefault(queue.queue_id, {})
-        for old in [s for s in known if s < ptrs.timer_slot]:
-            del known[old]
-        lost = 0
-        for slot in timers.due_slots(self.conn, queue, ptrs.timer_slot, now_slot):
-            seen = known.setdefault(slot, {})
-            slot_resolved = True
-            todo = []
-            for mid in timers.ids_in_slot(self.conn, queue, slot):
-                until = seen.get(mid, 0.0)
-                if until <= now:
-                    todo.append(mid)
-                elif until != math.inf and timer_slot(until) <= slot:
-                    slot_resolved = False  # due later within this very slot
-            for row in _read_rows(self.conn, queue, todo):
-                if row.acked or is_expired(row, queue, now):
-                    seen[row.id] = math.inf
-                    continue
-                if row.dead:
-                    if row.moved == MOVED_DLQ:  # a dead-letter move a crash left half done
-                        deadletter.complete(self.conn, self.counters, queue, row.id)
-                    seen[row.id] = math.inf
-                    continue
-                due = max(to_epoch(row.visible_at), to_epoch(row.invisible_until))
-                if due > now:
-                    seen[row.id] = due
-                    if timer_slot(due) <= slot:
-                        slot_resolved = False
-                    continue  # otherwise a later timer owns it
-                if row.version is None and to_epoch(row.visible_at) == 0:
-                    # never delivered and never delayed: the reader path owns it
-                    seen[row.id] = math.inf
-                    continue
-                if (row.deliveries or 0) >= queue.max_delivery_count:
-                    if deadletter.take(self.conn, self.counters, queue, row, now):
-                        seen[row.id] = math.inf
-                    else:
-                        slot_resolved = False  # acked or claimed meanwhile: look again
-                    continue
-                msg = self._claim(queue, row, now, vt)
-                if msg is not None:
-                    seen[row.id] = now + vt
-                    return msg
-                # Someone else holds it now (and wrote its own timer) or acked it.
-                seen[row.id] = now + CONTENDED_SECONDS
-                lost += 1
-                if lost >= MAX_LOST_CLAIMS:
-                    break
-            if lost >= MAX_LOST_CLAIMS:
-                contiguous = False
-                break  # others are on these timers; the reader path may have something
-            if contiguous and slot_resolved:
-                resolved_to = slot + 1
-            else:
-                contiguous = False
-        if contiguous:
-            resolved_to = max(resolved_to, now_slot + 1)
-        target = min(resolved_to, now_slot - TIMER_SETTLE_SLOTS)
-        if target > ptrs.timer_slot:
-            pointers.advance(self.conn, queue, "timer_slot", target)
-        return None
 
     def _skipped_ranges(
         self, queue: QueueInfo, from_id: int, horizon: monoton.Horizon
@@ -403,6 +323,7 @@ class Consumer:
         )
         self.counters.add(queue, "acked", 1)
         write.result()
+        self._timers.acked(queue, r.message_id, r.version)
         return True
 
     def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
@@ -427,7 +348,7 @@ class Consumer:
             "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ? "
             "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
             (ttl, r.version + 1, from_epoch(due), *key, r.version),
-            read=_ROW.format(cols="version, invisible_until"),
+            read=ROW.format(cols="version, invisible_until"),
             read_params=key,
             applied=lambda cur: _holds(cur, r.version + 1, due),
         )
@@ -443,28 +364,6 @@ def _holds(row, version: int, due: float) -> bool:
         and row.version == version
         and abs(to_epoch(row.invisible_until) - due) < 0.002  # stored with ms precision
     )
-
-
-def _read_rows(conn: Connection, queue: QueueInfo, ids: list[int]) -> Iterator:
-    """The scan columns of ``ids`` (missing rows left out), in id order. The reads in flight
-    grow from a few to ``TIMER_READ_WINDOW`` as rows are consumed, so a caller that stops at
-    the first row it can claim has read little more than that row."""
-    stmt = conn.prepare(_ROW.format(cols=SCAN_COLUMNS))
-    todo = iter(sorted(ids))
-    pending: deque = deque()
-    consumed = 0
-    while True:
-        limit = min(TIMER_READ_WINDOW, 4 + 2 * consumed)
-        for mid in todo:
-            pending.append(
-                conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
-            )
-            if len(pending) >= limit:
-                break
-        if not pending:
-            return
-        yield from pending.popleft().result()
-        consumed += 1
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:

@@ -17,6 +17,8 @@ Repair deletes the slots well behind the invisibility pointer, which nobody read
 from __future__ import annotations
 
 import math
+from collections import deque
+from collections.abc import Iterator
 
 from .clock import TIMER_SETTLE_SLOTS, timer_slot
 from .queues import QueueInfo
@@ -97,11 +99,32 @@ def due_slots(conn: Connection, queue: QueueInfo, from_slot: int, to_slot: int) 
     return [r.slot for r in rows]
 
 
+_IDS = "SELECT id FROM {ks}.timers WHERE queue_id = ? AND slot = ?"
+SLOT_READ_WINDOW = 16
+
+
 def ids_in_slot(conn: Connection, queue: QueueInfo, slot: int) -> list[int]:
-    rows = conn.execute(
-        "SELECT id FROM {ks}.timers WHERE queue_id = ? AND slot = ?", (queue.queue_id, slot)
-    )
-    return [r.id for r in rows]
+    return [r.id for r in conn.execute(_IDS, (queue.queue_id, slot))]
+
+
+def ids_in_slots(
+    conn: Connection, queue: QueueInfo, slots: list[int]
+) -> Iterator[tuple[int, list[int]]]:
+    """``(slot, ids)`` for each of ``slots`` in order, a few slots read ahead at once (a
+    get usually looks at the handful of slots of the settle window: one round trip, not one
+    per slot)."""
+    stmt = conn.prepare(_IDS)
+    pending: deque = deque()
+    todo = iter(slots)
+    while True:
+        for slot in todo:
+            pending.append((slot, conn.execute_async(stmt, (queue.queue_id, slot))))
+            if len(pending) >= SLOT_READ_WINDOW:
+                break
+        if not pending:
+            return
+        slot, future = pending.popleft()
+        yield slot, [r.id for r in future.result()]
 
 
 def reclaim(conn: Connection, queue: QueueInfo, pointer_slot: int) -> int:
