@@ -17,13 +17,27 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from .config import ConnectionConfig, connection_from_options, seconds
+from .config import (
+    ConnectionConfig,
+    check_cluster,
+    connection_from_options,
+    delay_seconds,
+    visibility_seconds,
+)
 from .engine import clock, monoton, queues, schema
 from .engine import consumer as consumer_mod
 from .engine.buckets import DEFAULT_BUCKET_SIZE
 from .engine.clock import to_epoch
 from .engine.counters import Counters
-from .engine.messages import COLUMNS, Message, check_headers, is_done, read_range, to_bytes
+from .engine.messages import (
+    COLUMNS,
+    Message,
+    check_headers,
+    is_done,
+    is_expired,
+    read_range,
+    to_bytes,
+)
 from .engine.producer import enqueue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
@@ -99,7 +113,10 @@ class QueueClient:
         """Create or migrate the schema. Idempotent. Returns the schema version."""
         if create_keyspace:
             schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
-        return schema.bootstrap(self.conn.session, self.config.keyspace)
+        version = schema.bootstrap(self.conn.session, self.config.keyspace)
+        # The keyspace may be new: the check made at connect time had nothing to look at.
+        check_cluster(self.config, self.conn.cluster.metadata)
+        return version
 
     def create_queue(
         self,
@@ -178,7 +195,7 @@ class QueueClient:
     ) -> list[int]:
         """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
         info = self._queue(queue)
-        d = seconds(delay, "delay")
+        d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         if not data:
@@ -200,25 +217,20 @@ class QueueClient:
         vt = (
             info.visibility_timeout
             if visibility_timeout is None
-            else seconds(visibility_timeout, "visibility timeout")
+            else visibility_seconds(visibility_timeout)
         )
-        if vt <= 0:
-            raise ConfigError("visibility timeout must be > 0 seconds")
-        return self._consumer.get(info, vt, self._put_dead_letter)
+        return self._consumer.get(info, vt)
 
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
 
     def change_visibility(self, queue: str, pop_receipt: str, timeout: float) -> str:
-        """Hide the message for ``timeout`` more seconds (0 releases it now); returns a new receipt."""
+        """Hide the message for ``timeout`` more seconds (0 releases it now, at most 12 hours);
+        returns a new receipt."""
         return self._consumer.change_visibility(
-            self._queue(queue), pop_receipt, seconds(timeout, "timeout")
+            self._queue(queue), pop_receipt, visibility_seconds(timeout, "timeout", zero=True)
         )
-
-    def _put_dead_letter(self, dlq: str, payload: bytes, headers: dict[str, str], key: str) -> None:
-        info = self._queue(dlq)
-        enqueue(self.conn, self.counters, info, [payload], [headers], key=key)
 
     # -- looking ------------------------------------------------------------------------------
 
@@ -236,7 +248,7 @@ class QueueClient:
         for row in read_range(
             self.conn, info, ptrs.repair * info.bucket_size, hz.safe_end, COLUMNS
         ):
-            if is_done(row, ptrs.reader):
+            if is_done(row, ptrs.reader) or is_expired(row, info, now):
                 continue
             if max(to_epoch(row.visible_at), to_epoch(row.invisible_until)) > now:
                 continue

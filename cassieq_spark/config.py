@@ -10,7 +10,7 @@ import argparse
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
 from cassandra import ConsistencyLevel
@@ -19,17 +19,22 @@ from .errors import ConfigError
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
-CONSISTENCY_LEVELS = (
-    "ONE",
-    "TWO",
-    "THREE",
-    "QUORUM",
-    "ALL",
-    "LOCAL_QUORUM",
-    "EACH_QUORUM",
-    "LOCAL_ONE",
-)
+# Every "a closed block's rows are visible to the next reader" and "a plain row below the reader
+# was consumed" argument needs reads and writes that overlap (R + W > RF): a quorum at least.
+CONSISTENCY_LEVELS = ("LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
+BELOW_QUORUM = ("ANY", "ONE", "TWO", "THREE", "LOCAL_ONE")
 SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+
+# Upper bounds of the durations that become timers. A timer outlives its due time by the
+# timers table's retention (14 days, see engine/timers.py), so these only keep values sane and
+# tested; the same limits as SQS's visibility timeout, for delays too.
+MAX_DELAY_SECONDS = 12 * 3600.0
+MAX_VISIBILITY_SECONDS = 12 * 3600.0
+# An open reservation row lives 14 days (engine/monoton.OPEN_TTL): readers must see it as
+# abandoned long before it expires, or they would take it for closed.
+MAX_REPAIR_TIMEOUT_SECONDS = 24 * 3600.0
+# Cassandra refuses TTLs above 20 years.
+MAX_MESSAGE_TTL_SECONDS = 20 * 365 * 24 * 3600
 
 
 def validate_queue_name(name: object, what: str = "queue name") -> str:
@@ -73,7 +78,14 @@ class ConnectionConfig:
             raise ConfigError(
                 f"keyspace {self.keyspace!r} is not valid: letters, digits and '_', starting with a letter"
             )
-        if self.consistency.upper() not in CONSISTENCY_LEVELS:
+        level = self.consistency.upper()
+        if level in BELOW_QUORUM:
+            raise ConfigError(
+                f"consistency {self.consistency!r} is below a quorum: a reader could miss rows a "
+                "writer has just written and pass them for good (message loss); use one of "
+                f"{', '.join(CONSISTENCY_LEVELS)} (default LOCAL_QUORUM)"
+            )
+        if level not in CONSISTENCY_LEVELS:
             raise ConfigError(
                 f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}, got {self.consistency!r}"
             )
@@ -270,12 +282,110 @@ def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
     return opts
 
 
-def seconds(value: object, what: str) -> float:
-    """A finite, non-negative number of seconds, or a ConfigError naming ``what``."""
+def seconds(value: object, what: str, maximum: float | None = None) -> float:
+    """A finite, non-negative number of seconds (at most ``maximum``), or a ConfigError naming
+    ``what``."""
     try:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
     if v != v or v < 0 or v == float("inf"):
         raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    if maximum is not None and v > maximum:
+        raise ConfigError(f"{what} must be at most {_duration(maximum)}, got {value!r} seconds")
     return v
+
+
+def _duration(limit: float) -> str:
+    hours = limit / 3600
+    return f"{limit:g} seconds ({hours:g} hours)" if hours >= 1 else f"{limit:g} seconds"
+
+
+def delay_seconds(value: object, what: str = "delay") -> float:
+    """A message's initial invisibility: 0 to :data:`MAX_DELAY_SECONDS`."""
+    return seconds(value, what, MAX_DELAY_SECONDS)
+
+
+def visibility_seconds(
+    value: object, what: str = "visibility timeout", zero: bool = False
+) -> float:
+    """How long a delivery hides its message: up to :data:`MAX_VISIBILITY_SECONDS`; 0 only
+    where it means "release now" (``zero``)."""
+    v = seconds(value, what, MAX_VISIBILITY_SECONDS)
+    if v <= 0 and not zero:
+        raise ConfigError(f"{what} must be > 0 seconds")
+    return v
+
+
+def repair_timeout_seconds(value: object, what: str = "repair timeout") -> float:
+    return seconds(value, what, MAX_REPAIR_TIMEOUT_SECONDS)
+
+
+# -- replication: what the consistency levels need -------------------------------------------------
+
+
+def replica_data_centers(
+    replication: Mapping[str, object] | None, cluster_dcs: Iterable[str]
+) -> set[str]:
+    """The data centers holding replicas of a keyspace with ``replication`` (its CQL map)."""
+    if not replication:
+        return set(cluster_dcs)
+    strategy = str(replication.get("class", ""))
+    if strategy.endswith("NetworkTopologyStrategy"):
+        out = set()
+        for dc, rf in replication.items():
+            if dc in ("class", "replication_factor"):
+                continue
+            try:
+                if int(str(rf).split("/")[0]) > 0:  # "3/1": 3 replicas, 1 transient
+                    out.add(dc)
+            except ValueError:
+                out.add(dc)
+        return out
+    # SimpleStrategy and others place replicas wherever the ring puts them.
+    return set(cluster_dcs)
+
+
+def check_replication(
+    config: ConnectionConfig, replication: Mapping[str, object] | None, cluster_dcs: Iterable[str]
+) -> None:
+    """Refuse data-center-local levels for a keyspace replicated to several data centers.
+
+    LOCAL_SERIAL runs Paxos among one data center's replicas: writers in two data centers both
+    win ``IF next = ?`` (the same ids twice) and consumers in two both claim one message.
+    LOCAL_QUORUM lets a reader in one data center see a block closed before its rows arrive
+    from the other, and pass them. Single data center: LOCAL_* equal their global levels.
+    """
+    dcs = replica_data_centers(replication, cluster_dcs)
+    if len(dcs) < 2:
+        return
+    local = [
+        f"{name} {value}"
+        for name, value in (
+            ("serialConsistency", config.serial_consistency.upper()),
+            ("consistency", config.consistency.upper()),
+        )
+        if value.startswith("LOCAL_")
+    ]
+    if local:
+        raise ConfigError(
+            f"keyspace {config.keyspace!r} replicates to data centers {', '.join(sorted(dcs))}: "
+            f"{' and '.join(local)} would let each data center reserve the same ids and claim "
+            "the same message; use serialConsistency=SERIAL and consistency=QUORUM (or "
+            "EACH_QUORUM)"
+        )
+
+
+def check_cluster(config: ConnectionConfig, metadata) -> None:
+    """:func:`check_replication` against a driver ``Metadata`` (no-op while the keyspace does
+    not exist: bootstrap checks again once it is created)."""
+    ks = metadata.keyspaces.get(config.keyspace)
+    if ks is None:
+        return
+    strategy = ks.replication_strategy
+    replication: dict[str, object] = {"class": type(strategy).__name__}
+    factors = getattr(strategy, "dc_replication_factors", None)
+    if factors is not None:
+        replication.update(factors)
+    cluster_dcs = {h.datacenter for h in metadata.all_hosts() if h.datacenter}
+    check_replication(config, replication, cluster_dcs)

@@ -12,23 +12,36 @@ round. Where a message is looked for:
 The reader pointer moves past every message that has been delivered once, is delayed, or lies
 in a reservation handed to repair: those come back through timers or repair, so the pointer
 never stalls behind them.
+
+A get's cost is bounded whatever the backlog (finding F18): see ``timer_path.py`` for the timers;
+on the reader path a get tries a few candidates, then reads the stretch afresh rather than
+try each candidate it read (each lost claim costs a Paxos round and leaves a timer behind).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import QueueBusyError, StaleReceiptError
-from . import clock, monoton, pointers, timers
+from . import clock, faults, monoton, pointers, timers
 from .buckets import bucket_of
-from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
-from .messages import Message, read_one, read_range
+from .clock import from_epoch, timer_slot, to_epoch
+from .deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from .messages import Message, is_expired, read_one, read_range, remaining_ttl
 from .queues import QueueInfo
 from .receipts import PopReceipt
 from .session import Connection
+from .timer_path import CONTENDED_SECONDS, MAX_LOST_CLAIMS, ROW, SCAN_COLUMNS, TimerPath
+
+__all__ = [
+    "HEADER_DELIVERY_COUNT",
+    "HEADER_ORIGIN_ID",
+    "HEADER_ORIGIN_QUEUE",
+    "Consumer",
+    "record_skipped",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +52,16 @@ HORIZON_WINDOW = 4096
 SCAN_CHUNK = 1024
 CANDIDATE_SPREAD = 8  # consumers pick among the first few candidates to race less
 POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one client
-CONTENDED_SECONDS = 1.0  # after a lost claim, a client spreads its first try for this long
-# What scans need to decide; payloads are fetched only for the one message claimed, so a scan
-# costs the same for 1 MiB payloads as for 10-byte ones.
-SCAN_COLUMNS = "id, visible_at, version, deliveries, invisible_until, acked, dead"
-HEADER_ORIGIN_QUEUE = "cassieq-origin-queue"
-HEADER_ORIGIN_ID = "cassieq-origin-id"
-HEADER_DELIVERY_COUNT = "cassieq-delivery-count"
+SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
 
+# Cells written after the insert carry what is left of the message's TTL (finding F19).
 _CLAIM = (
-    "UPDATE {ks}.messages SET version = ?, deliveries = ?, invisible_until = ? "
+    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
     "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
+)
+_RESTORE = (
+    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
+    "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ?"
 )
 
 
@@ -59,13 +71,22 @@ class _ReaderCache:
 
     position: int = 0
     moved_at: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # The last horizon and the skipped ranges read with it. Ids below ``horizon.safe_end`` stay
-    # safe for good (new reservations only start at or above ``next_id``, closed ones never
+    # The last horizon and the skipped ranges read with it, one tuple so that a thread never
+    # pairs one horizon with another read's ranges. Ids below ``horizon.safe_end`` stay safe
+    # for good (new reservations only start at or above ``next_id``, closed ones never
     # reopen), so the horizon is re-read only when a scan reaches its end.
-    horizon: monoton.Horizon | None = None
-    skipped: list[tuple[int, int]] = field(default_factory=list)
+    view: tuple[monoton.Horizon, list[tuple[int, int]]] | None = None
     lost_race_at: float = 0.0
+
+
+def _stream_lease(queue: QueueInfo, ptrs: pointers.Pointers, now: float) -> QueueBusyError | None:
+    if ptrs.lease_held(now) and (ptrs.lease_owner or "").startswith("stream:"):
+        return QueueBusyError(
+            f"queue {queue.name!r} is consumed by streaming query {ptrs.lease_owner[7:]!r} until "
+            f"{from_epoch(ptrs.lease_until).isoformat()}Z; stop that query (its lease then expires) "
+            "or consume another queue"
+        )
+    return None
 
 
 class Consumer:
@@ -75,24 +96,18 @@ class Consumer:
         self.conn = conn
         self.counters = counters
         self._readers: dict = {}
-        self._skip_cache: dict = {}
-        # queue_id -> {slot: ids found acked or dead}: final states, never worth re-reading
-        # while their slot stays in the invisibility pointer's settle window.
-        self._finished: dict = {}
+        self._timers = TimerPath(conn, counters)
         self._marked: set = set()
 
     # -- delivery ---------------------------------------------------------------------------
 
-    def get(self, queue: QueueInfo, visibility_timeout: float, put_dead_letter) -> Message | None:
+    def get(self, queue: QueueInfo, visibility_timeout: float) -> Message | None:
         now = clock.now()
         ptrs = pointers.read(self.conn, queue)
-        if ptrs.lease_held(now) and (ptrs.lease_owner or "").startswith("stream:"):
-            raise QueueBusyError(
-                f"queue {queue.name!r} is consumed by streaming query {ptrs.lease_owner[7:]!r} until "
-                f"{from_epoch(ptrs.lease_until).isoformat()}Z; stop that query (its lease then expires) "
-                "or consume another queue"
-            )
-        msg = self._from_timers(queue, ptrs, now, visibility_timeout, put_dead_letter)
+        busy = _stream_lease(queue, ptrs, now)
+        if busy is not None:
+            raise busy
+        msg = self._timers.next(queue, ptrs, now, visibility_timeout, self._claim)
         if msg is None:
             msg = self._from_reader(queue, ptrs, now, visibility_timeout)
         return msg
@@ -102,38 +117,76 @@ class Consumer:
         deliveries = (row.deliveries or 0) + 1
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
-        self._schedule(queue, due, row.id)
-        # The body is read alongside the claim (one round trip less); wasted only on a lost race.
-        body_future = self.conn.execute_async(
-            "SELECT payload, headers, enqueued_at FROM {ks}.messages "
-            "WHERE queue_id = ? AND bucket = ? AND id = ?",
-            (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id),
-        )
+        self._schedule(queue, due, row.id, now)
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
+        # The body is read alongside the claim (one round trip less); wasted only on a lost race.
+        body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
+        faults.point("consumer.before_claim", queue=queue, row=row)
         res = self.conn.cas(
             _CLAIM,
-            (version, deliveries, from_epoch(due), *key, row.version),
-            read="SELECT version, invisible_until FROM {ks}.messages "
-            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            (
+                remaining_ttl(row, queue, now),
+                version,
+                deliveries,
+                from_epoch(due),
+                *key,
+                row.version,
+            ),
+            read=ROW.format(cols="version, invisible_until"),
             read_params=key,
             applied=lambda cur: _holds(cur, version, due),
         )
         body = body_future.result().one()
         if not res.was_applied:
             return None
+        self._fence(queue, row, key, version, now)
+        self._timers.delivered(queue, row.id, version, due)
+        if body is None or body.enqueued_at is None:
+            return None  # its TTL ran out meanwhile: the claim's cells expire with it
         return Message(
             id=row.id,
-            payload=(body.payload if body else None) or b"",
-            headers=dict((body.headers if body else None) or {}),
+            payload=body.payload or b"",
+            headers=dict(body.headers or {}),
             pop_receipt=PopReceipt(queue.queue_id, row.id, version).encode(),
             delivery_count=deliveries,
-            enqueued_at=body.enqueued_at if body else None,
+            enqueued_at=body.enqueued_at,
         )
 
-    def _schedule(self, queue: QueueInfo, due: float, message_id: int) -> None:
+    def _fence(self, queue: QueueInfo, row, key: tuple, version: int, now: float) -> None:
+        """The lease check in :meth:`get` and the claim are two steps (finding F14): a
+        streaming query that took the lease in between may have planned this message as
+        fresh. Look again after the claim; if a stream holds the lease, give the delivery back
+        exactly as it was (the stream's plan and acks then hold) and refuse.
+
+        A stream that takes the lease after this read sees the message claimed."""
+        busy = _stream_lease(queue, pointers.read(self.conn, queue), clock.now())
+        if busy is None:
+            return
+        self.conn.cas(
+            _RESTORE,
+            (
+                remaining_ttl(row, queue, now),
+                row.version,
+                row.deliveries,
+                row.invisible_until,
+                *key,
+                version,
+            ),
+            read=ROW.format(cols="version"),
+            read_params=key,
+            applied=lambda cur: cur is not None and cur.version == row.version,
+        )
+        log.warning(
+            "queue %s: a streaming query took the lease during this get; message %d given back",
+            queue.name,
+            row.id,
+        )
+        raise busy
+
+    def _schedule(self, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
         """Write the timer; the slot's "not empty" marker only once per slot and client (the
         marker is the same row every time, and deliveries fill a slot with many timers)."""
-        timer, marker = timers.statements(self.conn, queue, due, message_id)
+        timer, marker = timers.statements(self.conn, queue, due, message_id, now)
         key = (queue.queue_id, timer_slot(due))
         futures = [self.conn.execute_async(timer)]
         if key not in self._marked:
@@ -143,84 +196,6 @@ class Consumer:
         if len(self._marked) > 4096:
             self._marked.clear()
         self._marked.add(key)
-
-    def _from_timers(self, queue, ptrs, now, vt, put_dead_letter) -> Message | None:
-        now_slot = timer_slot(now)
-        resolved_to = ptrs.timer_slot
-        contiguous = True
-        finished = self._finished.setdefault(queue.queue_id, {})
-        for old in [s for s in finished if s < ptrs.timer_slot]:
-            del finished[old]
-        for slot in timers.due_slots(self.conn, queue, ptrs.timer_slot, now_slot):
-            slot_resolved = True
-            done = finished.setdefault(slot, set())
-            ids = [mid for mid in timers.ids_in_slot(self.conn, queue, slot) if mid not in done]
-            for row in _read_many(self.conn, queue, ids):
-                if row.acked or row.dead:
-                    done.add(row.id)
-                    continue
-                due = max(to_epoch(row.visible_at), to_epoch(row.invisible_until))
-                if due > now:
-                    if timer_slot(due) <= slot:
-                        slot_resolved = False  # due later within this very slot
-                    continue  # otherwise a later timer owns it
-                if row.version is None and to_epoch(row.visible_at) == 0:
-                    # never delivered and never delayed: the reader path owns it
-                    continue
-                if (row.deliveries or 0) >= queue.max_delivery_count:
-                    self._dead_letter(queue, row, put_dead_letter)
-                    continue
-                msg = self._claim(queue, row, now, vt)
-                if msg is not None:
-                    return msg
-            if contiguous and slot_resolved:
-                resolved_to = slot + 1
-            else:
-                contiguous = False
-        if contiguous:
-            resolved_to = max(resolved_to, now_slot + 1)
-        target = min(resolved_to, now_slot - TIMER_SETTLE_SLOTS)
-        if target > ptrs.timer_slot:
-            pointers.advance(self.conn, queue, "timer_slot", target)
-        return None
-
-    def _dead_letter(self, queue: QueueInfo, row, put_dead_letter) -> None:
-        """Move a message that was delivered too often to the dead-letter queue (or drop it)."""
-        if queue.dead_letter_queue:
-            body = read_one(self.conn, queue, row.id, "payload, headers")
-            headers = dict((body.headers if body else None) or {})
-            headers.update(
-                {
-                    HEADER_ORIGIN_QUEUE: queue.name,
-                    HEADER_ORIGIN_ID: str(row.id),
-                    HEADER_DELIVERY_COUNT: str(row.deliveries or 0),
-                }
-            )
-            # Keyed by the original, so a retry or a racing consumer dead-letters it once.
-            put_dead_letter(
-                queue.dead_letter_queue,
-                (body.payload if body else None) or b"",
-                headers,
-                f"dlq:{queue.queue_id}:{row.id}",
-            )
-        key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
-        res = self.conn.cas(
-            "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ? "
-            "IF version = ? AND acked = null AND dead = null",
-            (*key, row.version),
-            read="SELECT dead FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
-            read_params=key,
-            applied=lambda cur: cur is not None and bool(cur.dead),
-        )
-        if res.was_applied:
-            self.counters.add(queue, "dead_lettered" if queue.dead_letter_queue else "dropped", 1)
-            log.info(
-                "queue %s: message %d %s after %d deliveries",
-                queue.name,
-                row.id,
-                f"moved to {queue.dead_letter_queue}" if queue.dead_letter_queue else "dropped",
-                row.deliveries or 0,
-            )
 
     def _skipped_ranges(
         self, queue: QueueInfo, from_id: int, horizon: monoton.Horizon
@@ -239,9 +214,8 @@ class Consumer:
 
     def _from_reader(self, queue: QueueInfo, ptrs, now: float, vt: float) -> Message | None:
         cache = self._readers.setdefault(queue.queue_id, _ReaderCache())
-        cached = (
-            cache.horizon is not None and max(cache.position, ptrs.reader) < cache.horizon.safe_end
-        )
+        view = cache.view
+        cached = view is not None and max(cache.position, ptrs.reader) < view[0].safe_end
         result = self._scan(queue, cache, ptrs, now, vt, refresh=False)
         if result is None and cached:
             # The cached horizon ran out: messages may have arrived beyond it.
@@ -252,8 +226,9 @@ class Consumer:
         self, queue: QueueInfo, cache: _ReaderCache, ptrs, now: float, vt: float, refresh: bool
     ) -> Message | None:
         start = max(cache.position, ptrs.reader)
-        if not refresh and cache.horizon is not None and start < cache.horizon.safe_end:
-            horizon, skipped = cache.horizon, cache.skipped
+        view = cache.view
+        if not refresh and view is not None and start < view[0].safe_end:
+            horizon, skipped = view
         else:
             horizon = monoton.horizon(self.conn, queue, start, now, window=HORIZON_WINDOW)
             skipped = (
@@ -261,11 +236,12 @@ class Consumer:
                 if horizon.abandoned or start < horizon.safe_end
                 else []
             )
-            cache.horizon, cache.skipped = horizon, skipped
+            cache.view = (horizon, skipped)
         pos = start
         passable_to = start  # every id below this needs nothing more from the reader
         result = None
         chunk = SCAN_FIRST_CHUNK
+        rounds = 0
         while pos < horizon.safe_end:
             end = min(horizon.safe_end, pos + chunk)
             chunk = min(chunk * 2, SCAN_CHUNK)
@@ -278,6 +254,7 @@ class Consumer:
                     or row.version is not None
                     or to_epoch(row.visible_at) > now
                     or any(lo <= row.id < hi for lo, hi in skipped)
+                    or is_expired(row, queue, now)
                 )
             ]
             if not candidates:
@@ -294,13 +271,19 @@ class Consumer:
                 rest = order[1:]
                 random.shuffle(rest)
                 order = [order[0], *rest]
-            for row in [*order, *candidates[CANDIDATE_SPREAD:]]:
+            for row in order[:MAX_LOST_CLAIMS]:
                 result = self._claim(queue, row, now, vt)
                 if result is not None:
                     if row is candidates[0]:
                         passable_to = candidates[1].id if len(candidates) > 1 else end
                     break
                 cache.lost_race_at = now
+            rounds += 1
+            if result is None and rounds < SCAN_ROUNDS:
+                # The candidates read are stale (others claim them): read the stretch afresh
+                # rather than try each with a Paxos round and an orphan timer.
+                chunk = SCAN_FIRST_CHUNK
+                continue
             break  # the pointer cannot move past an undelivered message anyway
         # Under load the move is throttled; an idle reader persists where it got to at once.
         self._move_reader(queue, cache, ptrs.reader, passable_to, now, force=result is None)
@@ -317,18 +300,30 @@ class Consumer:
     # -- acknowledgement ------------------------------------------------------------------------
 
     def ack(self, queue: QueueInfo, receipt: str) -> bool:
+        """A plain write after a read of the version, not a compare-and-set (a Paxos round per
+        message): a receipt that goes stale between the two (its message redelivered to
+        another consumer in that instant) still acks. Nothing is lost by that, the old holder
+        has processed the message; the new holder's ack then returns False. Two acks of one
+        receipt at once may both count."""
         r = PopReceipt.decode(receipt)
         if r.queue_id != queue.queue_id:
             return False
-        row = read_one(self.conn, queue, r.message_id, "version, acked, dead")
+        row = read_one(self.conn, queue, r.message_id, "version, acked, dead, enqueued_at")
         if row is None or row.acked or row.dead or row.version != r.version:
             return False
         write = self.conn.execute_async(
-            "UPDATE {ks}.messages SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?",
-            (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id),
+            "UPDATE {ks}.messages USING TTL ? SET acked = true "
+            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            (
+                remaining_ttl(row, queue, clock.now()),
+                queue.queue_id,
+                bucket_of(r.message_id, queue.bucket_size),
+                r.message_id,
+            ),
         )
         self.counters.add(queue, "acked", 1)
         write.result()
+        self._timers.acked(queue, r.message_id, r.version)
         return True
 
     def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
@@ -340,15 +335,20 @@ class Consumer:
         if r.queue_id != queue.queue_id:
             raise stale
         now = clock.now()
-        due = now + timeout
-        timers.schedule(self.conn, queue, due, r.message_id)
         key = (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id)
+        ttl = 0
+        if queue.ttl:
+            row = read_one(self.conn, queue, r.message_id, "enqueued_at")
+            if row is None or is_expired(row, queue, now):
+                raise stale
+            ttl = remaining_ttl(row, queue, now)
+        due = now + timeout
+        timers.schedule(self.conn, queue, due, r.message_id, now)
         res = self.conn.cas(
-            "UPDATE {ks}.messages SET version = ?, invisible_until = ? WHERE queue_id = ? AND bucket = ? "
-            "AND id = ? IF version = ? AND acked = null AND dead = null",
-            (r.version + 1, from_epoch(due), *key, r.version),
-            read="SELECT version, invisible_until FROM {ks}.messages "
-            "WHERE queue_id = ? AND bucket = ? AND id = ?",
+            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ? "
+            "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
+            (ttl, r.version + 1, from_epoch(due), *key, r.version),
+            read=ROW.format(cols="version, invisible_until"),
             read_params=key,
             applied=lambda cur: _holds(cur, r.version + 1, due),
         )
@@ -364,18 +364,6 @@ def _holds(row, version: int, due: float) -> bool:
         and row.version == version
         and abs(to_epoch(row.invisible_until) - due) < 0.002  # stored with ms precision
     )
-
-
-def _read_many(conn: Connection, queue: QueueInfo, ids: list[int]) -> list:
-    """The scan columns of ``ids`` (missing rows left out), read concurrently, in id order."""
-    stmt = conn.prepare(
-        f"SELECT {SCAN_COLUMNS} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
-    )
-    futures = [
-        conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
-        for mid in sorted(ids)
-    ]
-    return [row for f in futures for row in f.result()]
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 
+from ..config import MAX_DELAY_SECONDS
 from ..errors import ConfigError, PayloadTooLargeError
 from . import timers as timer_rows
 from .buckets import bucket_of, split_by_bucket
@@ -31,6 +33,17 @@ _INSERT = (
 )
 
 COLUMNS = "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
+# Headers travel in the same mutation as the payload: together they must stay below
+# Cassandra's mutation size limit (see queues.MAX_PAYLOAD_LIMIT).
+MAX_HEADERS_BYTES = 64 * 1024
+
+# Values of ``moved``: why a row marked dead left the queue, and whether its copy is written.
+# The compare-and-set that marks the row comes first (so a late ack or claim cannot also win),
+# the copy second, keyed by the original id; the marker lets whoever finds it finish the copy.
+MOVED_DLQ = "dlq"  # dead-lettered; the copy may not be written yet
+MOVED_DLQ_DONE = "dlq-copied"
+MOVED_DLQ_MISSING = "dlq-missing"  # its dead-letter queue was deleted: dropped, counted
+MOVED_REPAIR = "repair"  # in a skipped range, republished by repair (done with the range)
 
 
 @dataclass
@@ -99,14 +112,39 @@ def is_done(row, reader: int) -> bool:
     )
 
 
+def is_expired(row, queue: QueueInfo, now: float) -> bool:
+    """The message's TTL has passed: its payload is gone (or about to be); never deliver it.
+
+    ``enqueued_at`` is written with the payload, under the same TTL: a row without it only
+    holds cells written later (a delivery, an ack), never a message (finding F19)."""
+    if row.enqueued_at is None:
+        return True
+    return bool(queue.ttl) and to_epoch(row.enqueued_at) + queue.ttl <= now
+
+
+def remaining_ttl(row, queue: QueueInfo, now: float) -> int:
+    """The TTL for a write to an existing message row: what is left of the message's own, so
+    that cells written after the insert (delivery, ack) expire with its payload, not after it.
+    0 (no TTL) for queues without a message TTL. Needs ``enqueued_at``."""
+    if not queue.ttl:
+        return 0
+    left = to_epoch(row.enqueued_at) + queue.ttl - now if row.enqueued_at is not None else 0
+    return max(1, math.ceil(left))
+
+
 def check_headers(headers: object, position: int | None = None) -> dict[str, str] | None:
     if headers is None:
         return None
+    where = f" at position {position}" if position is not None else ""
     if not isinstance(headers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
-        where = f" at position {position}" if position is not None else ""
         raise ConfigError(f"headers{where} must be a dict of str to str")
+    size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in headers.items())
+    if size > MAX_HEADERS_BYTES:
+        raise PayloadTooLargeError(
+            f"headers{where} take {size} bytes; at most {MAX_HEADERS_BYTES} are allowed"
+        )
     return dict(headers) or None
 
 
@@ -166,7 +204,9 @@ def write_messages(
     """Write ``payloads`` as ids ``first_id, first_id + 1, ...``. Upserts: rewriting is harmless.
 
     Payloads must already be bytes within the size limit. Delayed messages also get a timer
-    so they come back when due even after readers have passed their id.
+    so they come back when due even after readers have passed their id. Timers are written
+    (and waited for) before the rows: a writer that dies mid-block never leaves a delayed row
+    without its timer (finding F3); a timer without its row is skipped by readers.
 
     This is the sink's hot path. Values are serialized here rather than by the driver's
     ``bind`` (which re-encodes the constant queue id, timestamp and TTL for every row); absent
@@ -183,7 +223,17 @@ def write_messages(
     pack64 = _INT64.pack
     pipe = pipeline or Pipeline(conn)
     n = len(payloads)
-    timers: list[tuple[float, int]] = []
+    if delays is not None:
+        longest = max(delays, default=0.0)
+        if longest > MAX_DELAY_SECONDS:
+            raise ConfigError(
+                f"a delay of {longest} seconds is longer than the maximum, {MAX_DELAY_SECONDS:g}"
+            )
+        timers = [(now + d, first_id + i) for i, d in enumerate(delays) if d]
+        if timers:
+            for bound in timer_rows.many_statements(conn, queue, timers, to_epoch(utcnow())):
+                pipe.submit(bound)
+            pipe.drain()
     last_h: dict | None = None  # put_many and the sink often repeat one headers dict
     last_hb = UNSET_VALUE
     for bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
@@ -193,9 +243,7 @@ def write_messages(
             i = mid - first_id
             visible_b = UNSET_VALUE
             if delays is not None and delays[i]:
-                due = now + delays[i]
-                visible_b = _timestamp_bytes(from_epoch(due))
-                timers.append((due, mid))
+                visible_b = _timestamp_bytes(from_epoch(now + delays[i]))
             h = headers[i] if headers is not None else None
             if h is not last_h:
                 last_h, last_hb = h, (_map_bytes(h) if h else UNSET_VALUE)
@@ -226,9 +274,6 @@ def write_messages(
             nbytes += len(data) + 64
         if batch is not None:
             pipe.submit(batch)
-    for due, mid in timers:
-        for bound in timer_rows.statements(conn, queue, due, mid):
-            pipe.submit(bound)
     if pipeline is None:
         pipe.drain()
     return n

@@ -7,7 +7,12 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass
 
-from ..config import seconds, validate_queue_name
+from ..config import (
+    MAX_MESSAGE_TTL_SECONDS,
+    repair_timeout_seconds,
+    validate_queue_name,
+    visibility_seconds,
+)
 from ..errors import ConfigError, QueueExistsError, QueueNotFoundError
 from . import faults
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
@@ -17,7 +22,10 @@ from .session import Connection
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-MAX_PAYLOAD_LIMIT = 16 * 1024 * 1024
+# A message is one mutation: Cassandra refuses mutations above half its commit log segment
+# (16 MiB by default) and v4 frames above 16 MiB. Payload plus headers
+# (messages.MAX_HEADERS_BYTES) plus the row's other cells stay below both.
+MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,16 +73,21 @@ def validate_settings(
         or max_delivery_count < 1
     ):
         raise ConfigError(f"max delivery count must be an integer >= 1, got {max_delivery_count!r}")
-    vt = seconds(visibility_timeout, "visibility timeout")
-    if vt <= 0:
-        raise ConfigError("visibility timeout must be > 0 seconds")
-    rt = seconds(repair_timeout, "repair timeout")
+    vt = visibility_seconds(visibility_timeout)
+    rt = repair_timeout_seconds(repair_timeout)
     if dead_letter_queue is not None:
         validate_queue_name(dead_letter_queue, "dead-letter queue name")
         if dead_letter_queue == name:
             raise ConfigError("a queue cannot be its own dead-letter queue")
-    if message_ttl is not None and (not isinstance(message_ttl, int) or message_ttl <= 0):
-        raise ConfigError(f"message TTL must be a positive number of seconds, got {message_ttl!r}")
+    if message_ttl is not None and (
+        not isinstance(message_ttl, int)
+        or isinstance(message_ttl, bool)
+        or not 0 < message_ttl <= MAX_MESSAGE_TTL_SECONDS
+    ):
+        raise ConfigError(
+            f"message TTL must be a whole number of seconds from 1 to {MAX_MESSAGE_TTL_SECONDS} "
+            f"(20 years, Cassandra's limit), got {message_ttl!r}"
+        )
     if not isinstance(max_payload_bytes, int) or not 1 <= max_payload_bytes <= MAX_PAYLOAD_LIMIT:
         raise ConfigError(
             f"max payload bytes must be from 1 to {MAX_PAYLOAD_LIMIT}, got {max_payload_bytes!r}"
@@ -114,6 +127,16 @@ def _row_to_info(row) -> QueueInfo:
 def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
+    if s["dead_letter_queue"]:
+        # A dead-letter queue that does not exist would fail the first message that needs it
+        # (finding F13); the delete of a referenced queue is caught at dead-letter time.
+        try:
+            get_queue(conn, s["dead_letter_queue"])
+        except QueueNotFoundError:
+            raise QueueNotFoundError(
+                f"dead-letter queue {s['dead_letter_queue']!r} of queue {name!r} does not exist; "
+                f"create it first (cassieq create-queue {s['dead_letter_queue']})"
+            ) from None
     qid = uuid.uuid4()
     # The incarnation's pointers and counter go in first: until the queue row below names
     # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a

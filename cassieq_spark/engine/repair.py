@@ -4,16 +4,17 @@ Readers never pass an id whose reservation is open and younger than the repair t
 writer dies holding a reservation, readers pass it after that timeout and record it in
 ``skipped``. Repair waits the repair timeout once more (a slow writer may still land), then:
 
-* republishes every message that did land there and that nothing else will deliver (rows with a
-  delay or already delivered belong to the timers), each under a reservation keyed by its
-  original id, so two repairs at once, or a repair killed and rerun, republish it exactly once;
+* republishes every message that did land there and is not acked or dead, exactly once
+  (see ``ranges.py``: delayed rows and rows clients hold included);
 * counts the ids that never arrived as lost;
 * marks the range done (a compare-and-set: only one repair counts it).
 
 Buckets that lie wholly below the reader pointer, whose messages are all finished (acked, dead,
 consumed by a streaming query, or handed to repair and repaired), are dropped as whole
 partitions and the repair pointer moves over the contiguous prefix of them, so storage and
-scans do not grow with history.
+scans do not grow with history. What only mattered for those buckets goes with them: the
+skipped ranges below the pointer with their reservation rows and republish keys, the
+dead-letter copy keys; and timers well behind the invisibility pointer (finding F22).
 
 The steps are separate functions so that the Spark job (``cassieq_spark.spark.repair_job``) can
 run range repairs and bucket checks as parallel tasks; :func:`repair_queue` runs them here.
@@ -21,26 +22,46 @@ run range repairs and bucket checks as parallel tasks; :func:`repair_queue` runs
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
-import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 
-from . import clock, monoton, pointers
+from . import clock, deadletter, pointers, timers
 from .buckets import bucket_end, bucket_start
-from .clock import to_epoch
-from .consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from .counters import Counters
-from .messages import is_done, read_range, write_messages
+from .messages import MOVED_DLQ, MOVED_DLQ_DONE, MOVED_DLQ_MISSING, is_done, is_expired, read_range
 from .queues import QueueInfo
+from .ranges import (
+    MAX_REPUBLISH_HOPS,
+    SkippedRange,
+    assume_repaired,
+    due_ranges,
+    forget_ranges,
+    repair_range,
+    republish,
+    skipped_ranges,
+)
 from .session import Connection
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "MAX_REPUBLISH_HOPS",
+    "RepairReport",
+    "SkippedRange",
+    "assume_repaired",
+    "bucket_finished",
+    "buckets_to_check",
+    "due_ranges",
+    "finish_pass",
+    "finished_prefix",
+    "forget_ranges",
+    "reclaim_buckets",
+    "repair_queue",
+    "repair_range",
+    "republish",
+    "skipped_ranges",
+]
 
-# How many times one message may move on to a new republish block because the block its key
-# named was already repaired without it (needs a repair killed at the worst moment, repeatedly).
-MAX_REPUBLISH_HOPS = 8
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,198 +83,45 @@ class RepairReport:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class SkippedRange:
-    lo: int
-    hi: int
-    skipped_at: float
-    done: bool
-    # The stored timestamp as read, for the compare-and-set that marks the range done.
-    stamp: dt.datetime | None = field(default=None, compare=False)
-
-
-def skipped_ranges(conn: Connection, queue: QueueInfo) -> list[SkippedRange]:
-    rows = conn.execute(
-        "SELECT lo, hi, skipped_at, done FROM {ks}.skipped WHERE queue_id = ?", (queue.queue_id,)
-    )
-    return [
-        SkippedRange(r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done), r.skipped_at) for r in rows
-    ]
-
-
-def _block_age(conn: Connection, queue: QueueInfo, lo: int, now: float) -> float | None:
-    row = conn.execute(
-        "SELECT created_at, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-        (queue.queue_id, lo),
-    ).one()
-    if row is None or row.created_at is None:
-        return None
-    return now - to_epoch(row.created_at)
-
-
-def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
-    """May we still write into an open block that readers may already have passed?
-
-    Yes if we can (re)start its repair clock: record it as skipped now, or push back the
-    ``skipped_at`` of a range not repaired yet. Its repair then waits the repair timeout
-    again and republishes what we write (readers never deliver rows of a skipped range).
-    No if its range is already repaired: what lands there now would never be delivered.
-    """
-    read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
-    # After a lost reply: a row that is there and not repaired is as good as our own insert
-    # (the update below restarts its clock either way).
-    ins = conn.cas(
-        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
-        "IF NOT EXISTS",
-        (queue.queue_id, res.lo, res.hi),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    if ins.was_applied:
-        return True
-    upd = conn.cas(
-        "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
-        "IF done = null",
-        (queue.queue_id, res.lo),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    return bool(upd.was_applied)
-
-
-def republish(conn: Connection, queue: QueueInfo, row, repair_timeout: float) -> int | None:
-    """Enqueue a copy of ``row`` exactly once; returns the id it got (None: already done).
-
-    The copy's block is keyed by the original id, so a second repair, or a rerun after a
-    crash, finds the same block: closed means done; open and young means a writer (maybe
-    us, earlier) is on it and rewriting the same row is harmless; open and old means the
-    writer died and readers may have passed the block, see :func:`_claim_stale_block`.
-    """
-    headers = dict(row.headers or {})
-    if headers.get(HEADER_ORIGIN_QUEUE) != queue.name or HEADER_ORIGIN_ID not in headers:
-        # A copy of a copy (its republish block was abandoned too) keeps the first origin;
-        # a dead-lettered message's origin names another queue and is replaced.
-        headers[HEADER_ORIGIN_QUEUE] = queue.name
-        headers[HEADER_ORIGIN_ID] = str(row.id)
-    key = f"repair:{row.id}"
-    for _hop in range(MAX_REPUBLISH_HOPS):
-        res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
-        if res.closed:
-            return None
-        age = _block_age(conn, queue, res.lo, clock.now())
-        fresh = age is not None and age < repair_timeout / 2
-        if fresh or _claim_stale_block(conn, queue, res):
-            write_messages(conn, queue, res.lo, [row.payload or b""], [headers])
-            monoton.close(conn, queue, res).result()
-            return res.lo
-        # The block was repaired already. If our copy had landed there, that repair
-        # republished it; if not, it is in no block yet: move on to a block of its own.
-        copy = conn.execute(
-            "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
-            (queue.queue_id, res.lo // queue.bucket_size, res.lo),
-        ).one()
-        if copy is not None:
-            return None
-        log.warning(
-            "queue %s: republish block %d of message %d was repaired before it was written; "
-            "using a new block",
-            queue.name,
-            res.lo,
-            row.id,
-        )
-        key = f"repair:{row.id}@{res.lo}"
-    raise RuntimeError(
-        f"queue {queue.name}: could not republish message {row.id} after "
-        f"{MAX_REPUBLISH_HOPS} attempts; run repair again"
-    )
-
-
-def repair_range(
-    conn: Connection,
-    counters: Counters,
-    queue: QueueInfo,
-    rng: SkippedRange,
-    dry_run: bool = False,
-    *,
-    repair_timeout: float | None = None,
-) -> tuple[int, int]:
-    """Republish what landed in one skipped range and mark it done.
-
-    Returns (republished, lost ids) as counted by this call; (0, 0) when another repair
-    counted the range first, or when a republisher pushed its repair back (see
-    :func:`_claim_stale_block`): the range is then repaired again on a later pass.
-    """
-    timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
-    rows = list(
-        read_range(
-            conn, queue, rng.lo, rng.hi, "id, payload, headers, visible_at, version, acked, dead"
-        )
-    )
-    lost = (rng.hi - rng.lo) - len(rows)
-    # Rows with a delay, or already delivered, have timers: those deliver them, not repair.
-    todo = [
-        r for r in rows if not r.acked and not r.dead and r.version is None and r.visible_at is None
-    ]
-    if dry_run:
-        return len(todo), lost
-    for r in todo:
-        republish(conn, queue, r, timeout)
-    # `done_by` tells this call's completion from a concurrent repair's after a lost reply,
-    # so the counters move exactly once.
-    token = uuid.uuid4().hex
-    read = "SELECT done, done_by FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
-    if rng.stamp is not None:
-        res = conn.cas(
-            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
-            "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
-            (token, len(todo), lost, queue.queue_id, rng.lo, rng.stamp),
-            read=read,
-            read_params=(queue.queue_id, rng.lo),
-            applied=lambda row: row is not None and row.done_by == token,
-        )
-    else:
-        res = conn.cas(
-            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
-            "WHERE queue_id = ? AND lo = ? IF done = null",
-            (token, len(todo), lost, queue.queue_id, rng.lo),
-            read=read,
-            read_params=(queue.queue_id, rng.lo),
-            applied=lambda row: row is not None and row.done_by == token,
-        )
-    if not res.was_applied:
-        return 0, 0
-    counters.add(queue, "republished", len(todo))
-    counters.add(queue, "lost", lost)
-    if todo or lost:
-        log.info(
-            "queue %s: range %d..%d repaired: %d republished, %d never written",
-            queue.name,
-            rng.lo,
-            rng.hi,
-            len(todo),
-            lost,
-        )
-    return len(todo), lost
-
-
 def bucket_finished(
-    conn: Connection, queue: QueueInfo, bucket: int, reader: int, ranges: list[SkippedRange]
+    conn: Connection,
+    queue: QueueInfo,
+    bucket: int,
+    reader: int,
+    ranges: list[SkippedRange],
+    *,
+    dry_run: bool = False,
 ) -> bool:
     """May ``bucket`` be dropped? Only when nothing in it still needs a reader or repair.
 
     ``ranges`` must have been read *after* ``reader``: readers record a skipped range before
     they move the pointer past it, so every range below that pointer is then in the list.
+    A dead-letter move a crash left half done is finished here first (unless ``dry_run``);
+    once the bucket is finished, the keys of its dead-letter copies are dropped.
     """
     lo, hi = bucket_start(bucket, queue.bucket_size), bucket_end(bucket, queue.bucket_size)
     if hi > reader:
         return False
     if any(not r.done and r.lo < hi and r.hi > lo for r in ranges):
         return False
-    for row in read_range(conn, queue, lo, hi, "id, version, visible_at, acked, dead"):
-        if not is_done(row, reader):  # rows of a repaired range count as consumed
+    now = clock.now()
+    copies: list[int] = []
+    for row in read_range(
+        conn, queue, lo, hi, "id, enqueued_at, version, visible_at, acked, dead, moved"
+    ):
+        if row.dead and row.moved == MOVED_DLQ:
+            if dry_run:
+                return False
+            deadletter.complete(conn, Counters(conn), queue, row.id)
+            copies.append(row.id)
+        elif row.dead and row.moved in (MOVED_DLQ_DONE, MOVED_DLQ_MISSING):
+            copies.append(row.id)
+        elif is_expired(row, queue, now):
+            continue  # its payload is gone: nothing left to deliver
+        elif not is_done(row, reader):  # rows of a repaired range count as consumed
             return False  # in flight, waiting for redelivery, or delayed
+    if not dry_run:
+        deadletter.forget_copy_keys(conn, queue, copies)
     return True
 
 
@@ -277,16 +145,6 @@ def reclaim_buckets(conn: Connection, queue: QueueInfo, first: int, end: int) ->
             futures.pop(0).result()
     for f in futures:
         f.result()
-
-
-def due_ranges(ranges: list[SkippedRange], timeout: float, now: float) -> list[SkippedRange]:
-    return [r for r in ranges if not r.done and r.skipped_at + timeout <= now]
-
-
-def assume_repaired(ranges: list[SkippedRange], due: list[SkippedRange]) -> list[SkippedRange]:
-    """For a dry run: the ranges as they would be after repairing ``due``."""
-    fixed = {r.lo for r in due}
-    return [replace(r, done=True) if r.lo in fixed else r for r in ranges]
 
 
 def buckets_to_check(
@@ -327,7 +185,10 @@ def finish_pass(
         # buckets already gone, and the next pass just drops them again.
         reclaim_buckets(conn, queue, ptrs.repair, to)
         pointers.advance(conn, queue, "repair", to)
-    report.repair_pointer = max(to, pointers.read(conn, queue).repair)
+    current = pointers.read(conn, queue)
+    report.repair_pointer = max(to, current.repair)
+    forget_ranges(conn, queue, report.repair_pointer * queue.bucket_size)
+    timers.reclaim(conn, queue, current.timer_slot)
 
 
 def repair_queue(
@@ -361,7 +222,7 @@ def repair_queue(
     report.pending_ranges = sum(1 for r in ranges if not r.done)
     checks: dict[int, bool] = {}
     for bucket in buckets_to_check(queue, ptrs, max_buckets):
-        checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges)
+        checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges, dry_run=dry_run)
         if not checks[bucket]:
             break  # in this process, stop at the first bucket that holds the pointer back
     finish_pass(conn, queue, ptrs, checks, report)

@@ -23,7 +23,7 @@ from ..errors import SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -121,6 +121,10 @@ MIGRATIONS: dict[int, list[str]] = {
     2: ["ALTER TABLE {ks}.monoton ADD IF NOT EXISTS skipped boolean"],
     # Which repair marked a range done: after a lost reply, the one that did counts it.
     3: ["ALTER TABLE {ks}.skipped ADD IF NOT EXISTS done_by text"],
+    # Where a message marked dead went: a dead-letter copy or a republished copy is written
+    # *after* the compare-and-set that takes the original out of the queue, so a crash in
+    # between leaves this marker for the timer path or repair to finish (see deadletter.py).
+    4: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS moved text"],
 }
 
 

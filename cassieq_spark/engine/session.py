@@ -38,7 +38,7 @@ from cassandra.policies import (
 )
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, check_cluster
 from ..errors import ConnectionFailedError
 from . import faults
 
@@ -188,6 +188,11 @@ class Connection:
                 f"cannot reach Cassandra at {config.describe()}: {exc}; check contactPoints/port"
             ) from exc
         self.keyspace = config.keyspace
+        try:
+            check_cluster(config, self.cluster.metadata)  # LOCAL_* levels across data centers
+        except Exception:
+            self.cluster.shutdown()
+            raise
 
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepare once per connection; ``{ks}`` in the text is the keyspace."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import clock, monoton, pointers
 from .clock import to_epoch
 from .counters import Counters
-from .messages import is_done, read_range
+from .messages import is_done, is_expired, read_range
 from .queues import QueueInfo
 from .session import Connection
 
@@ -24,7 +24,7 @@ def stats(conn: Connection, counters: Counters, queue: QueueInfo) -> dict:
     first = ptrs.repair * queue.bucket_size
     cols = "id, enqueued_at, visible_at, version, invisible_until, acked, dead"
     for row in read_range(conn, queue, first, hz.next_id, cols):
-        if is_done(row, ptrs.reader):
+        if is_done(row, ptrs.reader) or is_expired(row, queue, now):
             continue
         if row.version is not None and to_epoch(row.invisible_until) > now:
             in_flight += 1
