@@ -458,7 +458,9 @@ def test_f14_stream_taking_the_lease_before_the_claim_gets_the_message_alone(
     def lease_taken_before_the_claim(statement, *a, **kw):
         cql = statement if isinstance(statement, str) else ""
         if "SET version = ?, deliveries = ?" in cql and not taken:
-            taken.append(pointers.acquire_lease(q.conn, info, "stream:other", 30, clock.now()))
+            now = clock.now()
+            until = pointers.lease_time(now + 30)
+            taken.append(pointers.acquire_lease(q.conn, info, "stream:other", until, now))
         return execute(statement, *a, **kw)
 
     monkeypatch.setattr(q.conn, "execute", lease_taken_before_the_claim)
@@ -468,7 +470,7 @@ def test_f14_stream_taking_the_lease_before_the_claim_gets_the_message_alone(
     row = _row(q, info, mid)
     assert row.version is None and row.deliveries is None  # fresh, as the stream planned it
     monkeypatch.undo()
-    pointers.release_lease(q.conn, info, "stream:other")
+    pointers.release_lease(q.conn, info, "stream:other", pointers.lease_time(taken[0].lease_until))
     msg = q.get(queue_name)
     assert msg.id == mid and msg.delivery_count == 1
 
