@@ -12,7 +12,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test test-unit test-integration test-faults lint format demo bench bench-quick \
+.PHONY: setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
         cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -40,7 +40,10 @@ cassandra-status:
 	$(PY) -m cassieq_spark.local_cassandra status
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not soak"
+
+test-soak: setup
+	$(PY) -m pytest -m soak -s
 
 # The engine, sink and source integration tests again, with every compare-and-set's reply lost
 # after it applied (engine/faults.py): callers must settle each outcome by reading.
@@ -50,7 +53,7 @@ FAULT_TESTS := tests/integration/test_reservations.py tests/integration/test_eng
 	tests/integration/test_source_batch.py $(wildcard tests/integration/test_protocol_*.py)
 test-faults: setup
 	CASSIEQ_FAULTS=lost-reply CASSIEQ_TEST_CONCURRENCY_MESSAGES=2000 \
-	  $(PY) -m pytest -m "not slow" $(FAULT_TESTS)
+	  $(PY) -m pytest -m "not slow and not soak" $(FAULT_TESTS)
 
 test-unit: setup
 	$(PY) -m pytest -m unit

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import dataclass
 
 from ..errors import QueueBusyError, StaleReceiptError
@@ -56,8 +57,8 @@ SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
 
 # Cells written after the insert carry what is left of the message's TTL (finding F19).
 _CLAIM = (
-    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
-    "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
+    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ?, "
+    "claimed_by = ? WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
 )
 _RESTORE = (
     "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
@@ -122,6 +123,7 @@ class Consumer:
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
         faults.point("consumer.before_claim", queue=queue, row=row)
+        token = uuid.uuid4().hex
         res = self.conn.cas(
             _CLAIM,
             (
@@ -129,12 +131,13 @@ class Consumer:
                 version,
                 deliveries,
                 from_epoch(due),
+                token,
                 *key,
                 row.version,
             ),
-            read=ROW.format(cols="version, invisible_until"),
+            read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, version, due),
+            applied=lambda cur: _holds(cur, version, token),
         )
         body = body_future.result().one()
         if not res.was_applied:
@@ -344,26 +347,24 @@ class Consumer:
             ttl = remaining_ttl(row, queue, now)
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
+        token = uuid.uuid4().hex
         res = self.conn.cas(
-            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ? "
+            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
             "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-            (ttl, r.version + 1, from_epoch(due), *key, r.version),
-            read=ROW.format(cols="version, invisible_until"),
+            (ttl, r.version + 1, from_epoch(due), token, *key, r.version),
+            read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, r.version + 1, due),
+            applied=lambda cur: _holds(cur, r.version + 1, token),
         )
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
 
 
-def _holds(row, version: int, due: float) -> bool:
-    """After a lost reply: is this delivery (``version``, due at ``due``) the one stored?"""
-    return (
-        row is not None
-        and row.version == version
-        and abs(to_epoch(row.invisible_until) - due) < 0.002  # stored with ms precision
-    )
+def _holds(row, version: int, token: str) -> bool:
+    """After a lost reply: is this delivery (``version``, claim ``token``) the one stored?
+    Version and due time alone do not tell two claims made in the same millisecond apart."""
+    return row is not None and row.version == version and row.claimed_by == token
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:

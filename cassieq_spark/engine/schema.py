@@ -23,7 +23,7 @@ from ..errors import SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -125,6 +125,10 @@ MIGRATIONS: dict[int, list[str]] = {
     # *after* the compare-and-set that takes the original out of the queue, so a crash in
     # between leaves this marker for the timer path or repair to finish (see deadletter.py).
     4: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS moved text"],
+    # Which delivery holds a message: two consumers claiming it in the same millisecond write
+    # the same version and due time, so after a lost reply only this token tells whose claim
+    # applied.
+    5: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS claimed_by text"],
 }
 
 

@@ -689,7 +689,7 @@ class _Workload:
 
 
 @pytest.mark.parametrize(
-    "n", [10_000, pytest.param(100_000, marks=pytest.mark.slow)], ids=["10k", "100k"]
+    "n", [10_000, pytest.param(100_000, marks=pytest.mark.soak)], ids=["10k", "100k"]
 )
 def test_f22_storage_stays_bounded_whatever_the_history(
     own_keyspace_client, monkeypatch, capsys, n
