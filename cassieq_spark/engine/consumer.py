@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import dataclass
 
 from ..errors import QueueBusyError, StaleReceiptError
@@ -55,8 +56,11 @@ POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one clien
 SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
 
 # Cells written after the insert carry what is left of the message's TTL (finding F19).
+# ``claimed_by`` names this claim, so that a read after a lost reply tells it from another
+# consumer's claim of the same version (their due times may fall in the same millisecond).
 _CLAIM = (
-    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
+    "UPDATE {ks}.messages USING TTL ? "
+    "SET version = ?, deliveries = ?, invisible_until = ?, claimed_by = ? "
     "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
 )
 _RESTORE = (
@@ -121,7 +125,8 @@ class Consumer:
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
-        faults.point("consumer.before_claim", queue=queue, row=row)
+        faults.point("consumer.before_claim", queue=queue, row=row, now=now)
+        token = uuid.uuid4().hex[:16]
         res = self.conn.cas(
             _CLAIM,
             (
@@ -129,12 +134,15 @@ class Consumer:
                 version,
                 deliveries,
                 from_epoch(due),
+                token,
                 *key,
                 row.version,
             ),
-            read=ROW.format(cols="version, invisible_until"),
+            read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, version, due),
+            applied=lambda cur: (
+                cur is not None and cur.version == version and cur.claimed_by == token
+            ),
         )
         body = body_future.result().one()
         if not res.was_applied:
@@ -344,26 +352,20 @@ class Consumer:
             ttl = remaining_ttl(row, queue, now)
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
+        token = uuid.uuid4().hex[:16]
         res = self.conn.cas(
-            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ? "
+            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
             "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-            (ttl, r.version + 1, from_epoch(due), *key, r.version),
-            read=ROW.format(cols="version, invisible_until"),
+            (ttl, r.version + 1, from_epoch(due), token, *key, r.version),
+            read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, r.version + 1, due),
+            applied=lambda cur: (
+                cur is not None and cur.version == r.version + 1 and cur.claimed_by == token
+            ),
         )
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
-
-
-def _holds(row, version: int, due: float) -> bool:
-    """After a lost reply: is this delivery (``version``, due at ``due``) the one stored?"""
-    return (
-        row is not None
-        and row.version == version
-        and abs(to_epoch(row.invisible_until) - due) < 0.002  # stored with ms precision
-    )
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:

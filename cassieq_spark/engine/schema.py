@@ -23,7 +23,7 @@ from ..errors import SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
@@ -120,6 +120,9 @@ MIGRATIONS: dict[int, list[str]] = {
     # *after* the compare-and-set that takes the original out of the queue, so a crash in
     # between leaves this marker for the timer path or repair to finish (see deadletter.py).
     4: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS moved text"],
+    # Who made the current delivery: after a lost reply, two consumers that claimed one
+    # message with the same due time (same millisecond) could not tell whose claim applied.
+    5: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS claimed_by text"],
 }
 
 
