@@ -56,9 +56,12 @@ POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one clien
 SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
 
 # Cells written after the insert carry what is left of the message's TTL (finding F19).
+# ``claimed_by`` names this claim, so that a read after a lost reply tells it from another
+# consumer's claim of the same version (their due times may fall in the same millisecond).
 _CLAIM = (
-    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ?, "
-    "claimed_by = ? WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
+    "UPDATE {ks}.messages USING TTL ? "
+    "SET version = ?, deliveries = ?, invisible_until = ?, claimed_by = ? "
+    "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
 )
 _RESTORE = (
     "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
@@ -122,8 +125,8 @@ class Consumer:
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
-        faults.point("consumer.before_claim", queue=queue, row=row)
-        token = uuid.uuid4().hex
+        faults.point("consumer.before_claim", queue=queue, row=row, now=now)
+        token = uuid.uuid4().hex[:16]
         res = self.conn.cas(
             _CLAIM,
             (
@@ -137,7 +140,9 @@ class Consumer:
             ),
             read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, version, token),
+            applied=lambda cur: (
+                cur is not None and cur.version == version and cur.claimed_by == token
+            ),
         )
         body = body_future.result().one()
         if not res.was_applied:
@@ -347,24 +352,20 @@ class Consumer:
             ttl = remaining_ttl(row, queue, now)
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
-        token = uuid.uuid4().hex
+        token = uuid.uuid4().hex[:16]
         res = self.conn.cas(
             "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
             "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
             (ttl, r.version + 1, from_epoch(due), token, *key, r.version),
             read=ROW.format(cols="version, claimed_by"),
             read_params=key,
-            applied=lambda cur: _holds(cur, r.version + 1, token),
+            applied=lambda cur: (
+                cur is not None and cur.version == r.version + 1 and cur.claimed_by == token
+            ),
         )
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
-
-
-def _holds(row, version: int, token: str) -> bool:
-    """After a lost reply: is this delivery (``version``, claim ``token``) the one stored?
-    Version and due time alone do not tell two claims made in the same millisecond apart."""
-    return row is not None and row.version == version and row.claimed_by == token
 
 
 def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:

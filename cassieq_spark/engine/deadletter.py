@@ -15,6 +15,7 @@ message is dropped, counted as such and logged.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from ..errors import QueueNotFoundError
 from . import clock, faults, queues
@@ -39,9 +40,7 @@ HEADER_ORIGIN_ID = "cassieq-origin-id"
 HEADER_DELIVERY_COUNT = "cassieq-delivery-count"
 MOVED_DROPPED = "dropped"  # no dead-letter queue configured
 
-_READ = (
-    "SELECT version, dead, moved FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
-)
+_READ = "SELECT version, dead, moved, claimed_by FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
 
 
 def _key(queue: QueueInfo, message_id: int) -> tuple:
@@ -59,20 +58,16 @@ def take(conn: Connection, counters: Counters, queue: QueueInfo, row, now: float
     moved = MOVED_DLQ if queue.dead_letter_queue else MOVED_DROPPED
     faults.point("deadletter.before_mark", queue=queue, row=row)
     key = _key(queue, row.id)
+    # The token tells our mark from a racing consumer's after a lost reply: only the one
+    # whose mark applied counts a drop.
+    token = uuid.uuid4().hex[:16]
     res = conn.cas(
-        "UPDATE {ks}.messages USING TTL ? SET dead = true, moved = ? "
+        "UPDATE {ks}.messages USING TTL ? SET dead = true, moved = ?, claimed_by = ? "
         "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-        (remaining_ttl(row, queue, now), moved, *key, row.version),
+        (remaining_ttl(row, queue, now), moved, token, *key, row.version),
         read=_READ,
         read_params=key,
-        # Marked dead at our version with our kind of move: ours, or a racing consumer's that
-        # read the same version; either way the steps below are safe to run twice.
-        applied=lambda cur: (
-            cur is not None
-            and bool(cur.dead)
-            and cur.version == row.version
-            and (cur.moved or "").startswith(moved)
-        ),
+        applied=lambda cur: cur is not None and bool(cur.dead) and cur.claimed_by == token,
     )
     if not res.was_applied:
         return False
@@ -143,13 +138,14 @@ def _finish(
     """Record the end of a move; True for the one finisher whose compare-and-set applied
     (that one counts it)."""
     key = _key(queue, message_id)
+    token = uuid.uuid4().hex[:16]  # several finishers may run at once (see take)
     res = conn.cas(
-        "UPDATE {ks}.messages USING TTL ? SET moved = ? "
+        "UPDATE {ks}.messages USING TTL ? SET moved = ?, claimed_by = ? "
         "WHERE queue_id = ? AND bucket = ? AND id = ? IF moved = ?",
-        (remaining_ttl(row, queue, now), state, *key, MOVED_DLQ),
+        (remaining_ttl(row, queue, now), state, token, *key, MOVED_DLQ),
         read=_READ,
         read_params=key,
-        applied=lambda cur: cur is not None and cur.moved == state,
+        applied=lambda cur: cur is not None and cur.moved == state and cur.claimed_by == token,
     )
     return bool(res.was_applied)
 

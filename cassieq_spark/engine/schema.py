@@ -25,11 +25,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 5
 
-# The `lo` of a monoton row that is always there, after every reservation: reading it returns
-# the static `next` without walking the rows (and tombstones) of the partition, and a range
-# read from any `lo` up includes it, so `next` always comes back with the reservations.
-SENTINEL_LO = 2**62
-
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -125,9 +120,8 @@ MIGRATIONS: dict[int, list[str]] = {
     # *after* the compare-and-set that takes the original out of the queue, so a crash in
     # between leaves this marker for the timer path or repair to finish (see deadletter.py).
     4: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS moved text"],
-    # Which delivery holds a message: two consumers claiming it in the same millisecond write
-    # the same version and due time, so after a lost reply only this token tells whose claim
-    # applied.
+    # Who made the current delivery: after a lost reply, two consumers that claimed one
+    # message with the same due time (same millisecond) could not tell whose claim applied.
     5: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS claimed_by text"],
 }
 

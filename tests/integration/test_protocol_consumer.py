@@ -439,6 +439,44 @@ def test_f15_crash_between_mark_and_copy_is_finished_once(queue_client, queue_na
     assert q.stats(queue_name)["dead_lettered"] == 1
 
 
+def test_f15_two_finishers_count_the_dead_letter_once(queue_client, queue_name, monkeypatch):
+    """Found with CASSIEQ_FAULTS=lost-reply (by running the F22 workload: 61 dead letters
+    counted for 40). Two consumers finish one half-done dead-letter move at once; the reply
+    of the loser's compare-and-set is lost and its read-back used to see the move finished
+    and count it again. Now the finishing write carries a token."""
+    from cassieq_spark.engine import deadletter
+
+    q = queue_client
+    dlq = f"{queue_name}_dlq"
+    q.create_queue(dlq)
+    q.create_queue(queue_name, max_delivery_count=1, dead_letter_queue=dlq)
+    mid = q.put(queue_name, b"poison")
+    q.get(queue_name, visibility_timeout=0.5)
+    time.sleep(1.0)
+    faults.on("deadletter.marked", lambda **ctx: (_ for _ in ()).throw(RuntimeError("killed")))
+    with pytest.raises(RuntimeError, match="killed"):
+        q.get(queue_name)
+    faults.reset()
+    info = q.get_queue(queue_name)
+    faults.inject(faults.LOST_REPLY, r"SET moved = \?", times=None)
+    execute = q.conn.execute
+    raced = []
+
+    def another_finisher_first(statement, *a, **kw):
+        cql = statement if isinstance(statement, str) else ""
+        if "SET moved = ?" in cql and not raced:
+            raced.append(True)
+            deadletter.complete(q.conn, q.counters, info, mid)
+        return execute(statement, *a, **kw)
+
+    monkeypatch.setattr(q.conn, "execute", another_finisher_first)
+    deadletter.complete(q.conn, q.counters, info, mid)
+    monkeypatch.undo()
+    assert raced
+    assert [m.payload for m in _drain(q, dlq, 2)] == [b"poison"]
+    assert q.stats(queue_name)["dead_lettered"] == 1
+
+
 # -- F14: the lease check and the claim -----------------------------------------------------------
 
 
@@ -473,6 +511,45 @@ def test_f14_stream_taking_the_lease_before_the_claim_gets_the_message_alone(
     pointers.release_lease(q.conn, info, "stream:other", pointers.lease_time(taken[0].lease_until))
     msg = q.get(queue_name)
     assert msg.id == mid and msg.delivery_count == 1
+
+
+# -- claims settled after a lost reply -------------------------------------------------------------
+
+
+def test_lost_claim_reply_is_not_taken_for_a_win(queue_client, queue_name, monkeypatch):
+    """Found while running these tests with CASSIEQ_FAULTS=lost-reply. Old code (verified):
+    a claim whose reply was lost was settled by reading version and ``invisible_until``; a
+    consumer that lost the race to another one claiming with the same due time (same clock
+    millisecond, same visibility timeout) read the winner's claim as its own: both delivered
+    the message at one version, both acks applied. The claim now carries a token."""
+    import datetime as dt
+
+    q = queue_client
+    q.create_queue(queue_name)
+    mid = q.put(queue_name, b"x")
+    other = QueueClient(q.config, connection=q.conn)
+    other.get_queue(queue_name)  # cached: its get reads the clock first thing
+    faults.inject(faults.LOST_REPLY, r"SET version = \?, deliveries", times=None)
+    execute = q.conn.execute
+    seen = []
+
+    def other_claims_first(statement, params=(), *a, **kw):
+        cql = statement if isinstance(statement, str) else ""
+        if "SET version = ?, deliveries" in cql and not seen:
+            seen.append(None)
+            due = next(p for p in params if isinstance(p, dt.datetime))
+            # The other consumer's clock reads what ours read: both claims due in the same ms.
+            faults.set_skew(clock.to_epoch(due) - 30 - time.time())
+            seen[0] = other.get(queue_name, visibility_timeout=30)
+            faults.set_skew(0)
+        return execute(statement, params, *a, **kw)
+
+    monkeypatch.setattr(q.conn, "execute", other_claims_first)
+    mine = q.get(queue_name, visibility_timeout=30)
+    theirs = seen[0]
+    assert theirs is not None and theirs.id == mid
+    assert mine is None, "both consumers hold the message"
+    assert q.ack(queue_name, theirs.pop_receipt)
 
 
 # -- F18: the cost of a get -------------------------------------------------------------------------
@@ -569,6 +646,7 @@ def test_f23_largest_allowed_message_fits_in_one_mutation(queue_client, queue_na
 
 GROWTH_TABLES = ("messages", "monoton", "skipped", "timers", "timer_slots", "reservation_keys")
 GROWTH_BUCKET = 100
+VISIBILITY = 5.0
 
 
 @pytest.fixture
@@ -657,21 +735,23 @@ class _Workload:
 
     def _consumer(self, q, deadline: float, leave: int) -> None:
         while self.outstanding() > leave and time.monotonic() < deadline:
-            msg = q.get(self.name, visibility_timeout=1.0)
+            # A visibility timeout far longer than a get and an ack take on a loaded machine:
+            # an ack racing the message's redelivery may both apply (the documented ack window).
+            msg = q.get(self.name, visibility_timeout=VISIBILITY)
             if msg is not None:
                 kind = msg.payload.rsplit(b":", 1)[1]
-                if kind == b"poison":
-                    continue
                 with self.lock:
                     first = kind == b"once" and msg.payload not in self.held_once
                     self.held_once.add(msg.payload)
-                if first:
+                if kind == b"poison" or first:
+                    # Not processed: it comes back through its timer soon (an expired delivery).
+                    q.change_visibility(self.name, msg.pop_receipt, 0.2)
                     continue
                 if q.ack(self.name, msg.pop_receipt):
                     with self.lock:
                         self.acked[msg.payload] += 1
                 continue
-            dead = q.get(self.dlq, visibility_timeout=1.0)
+            dead = q.get(self.dlq, visibility_timeout=VISIBILITY)
             if dead is not None:
                 if q.ack(self.dlq, dead.pop_receipt):
                     with self.lock:
@@ -724,7 +804,7 @@ def test_f22_storage_stays_bounded_whatever_the_history(
             figures.append((r + 1, _live_rows(q)))
     # Idle for longer than the last visibility timeout, the settle window and the timer
     # margin, then one more pass.
-    time.sleep(17)
+    time.sleep(VISIBILITY + 16)
     assert q.get("q") is None and q.get("dlq") is None
     for _ in range(3):
         q.repair("q")
