@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 5
 
+# The `lo` of a monoton row that is always there, after every reservation: reading it returns
+# the static `next` without walking the rows (and tombstones) of the partition, and a range
+# read from any `lo` up includes it, so `next` always comes back with the reservations.
+SENTINEL_LO = 2**62
+
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
