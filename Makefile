@@ -12,7 +12,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
+.PHONY: spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
         cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -38,6 +38,18 @@ cassandra-down:
 
 cassandra-status:
 	$(PY) -m cassieq_spark.local_cassandra status
+
+# A Spark standalone master and workers on 127.0.0.1 (logs and pid files in .spark/).
+WORKERS ?= 2
+WORKER_CORES ?= 1
+spark-up: setup
+	$(PY) -m cassieq_spark.local_spark up --workers $(WORKERS) --worker-cores $(WORKER_CORES)
+
+spark-down:
+	$(PY) -m cassieq_spark.local_spark down
+
+spark-status:
+	$(PY) -m cassieq_spark.local_spark status --workers $(WORKERS)
 
 test: setup
 	$(PY) -m pytest -m "not soak"

@@ -30,10 +30,12 @@ import sys
 import time
 from pathlib import Path
 
-# Run as a script (spark-submit or python): make the package importable from a checkout.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+# Run as a script from a checkout: make the package importable, unless it already is (installed,
+# or shipped with --py-files on a cluster: that copy is the one the executors have too).
+try:
+    import cassieq_spark  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cassieq_spark.config import (  # noqa: E402
     add_connection_flags,

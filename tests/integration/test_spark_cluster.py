@@ -1,0 +1,172 @@
+"""The connector on a real Spark standalone cluster (a master and 2 workers on 127.0.0.1).
+
+The executors and the driver run in a Python environment where ``cassieq_spark`` is NOT installed
+(a fresh venv that sees only the dependencies: pyspark, cassandra-driver, pyarrow); the package
+reaches them the way README "Running on a Spark cluster" tells users: the wheel, renamed ``.zip``,
+passed with ``--py-files``. Each test proves from the processes' own report that they imported the
+shipped archive, not this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_repair_job import TIMEOUT, _assert_each_once, _late_writes
+
+from cassieq_spark.local_spark import LocalSpark, spark_home
+
+pytestmark = [pytest.mark.sparkcluster, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).resolve().parent / "spark_cluster_jobs"
+MASTER_PORT = 7177  # not the default 7077/8080: a developer's own cluster may run there
+WEBUI_PORT = 8180
+ROWS = 3000
+SUBMIT_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory) -> LocalSpark:
+    cluster = LocalSpark(
+        workers=2,
+        worker_cores=1,
+        worker_memory="1g",
+        master_port=MASTER_PORT,
+        webui_port=WEBUI_PORT,
+        base_dir=ROOT / ".spark" / "test",
+    )
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def clean_python(tmp_path_factory) -> str:
+    """A venv with the dependencies but without cassieq_spark (no download: a .pth file points at
+    this checkout's site-packages, whose editable-install hook a .pth-added path does not run)."""
+    env_dir = tmp_path_factory.mktemp("clean") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = str(env_dir / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run(
+        [python, "-c", "import pyspark, cassandra, pyarrow; import cassieq_spark"],
+        cwd=tmp_path_factory.getbasetemp(),
+        capture_output=True,
+        text=True,
+    )
+    assert "No module named 'cassieq_spark'" in probe.stderr, probe.stderr
+    return python
+
+
+@pytest.fixture(scope="module")
+def shipped_zip(tmp_path_factory) -> Path:
+    """The wheel as users build it (`make dist`), renamed .zip for --py-files."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+        check=True,
+    )
+    [wheel] = out.glob("cassieq_spark-*.whl")
+    return Path(shutil.copy(wheel, wheel.with_suffix(".zip")))
+
+
+def submit(cluster: LocalSpark, python: str, pyfiles: Path, script: Path, *args: str, cwd: Path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK_", "CASSIEQ_")) and k != "PYTHONPATH"
+    }
+    # PySpark gives --py-files to executors and to the worker that plans a batch read or write,
+    # but not to the driver-side process of a streaming source: it sees the driver's PYTHONPATH.
+    env |= {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, "PYTHONPATH": str(pyfiles)}
+    cmd = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        cluster.master_url,
+        "--conf",
+        "spark.executor.memory=512m",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--py-files",
+        str(pyfiles),
+        str(script),
+        *args,
+    ]
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT
+    )
+
+
+def test_round_trip_on_the_cluster_with_executors_that_lack_the_package(
+    spark_cluster, clean_python, shipped_zip, cassieq_options, queue_client, tmp_path
+):
+    queue = f"t_{uuid.uuid4().hex[:12]}"
+    options = {**cassieq_options, "queue": queue, "rows": str(ROWS)}
+    done = submit(
+        spark_cluster,
+        clean_python,
+        shipped_zip,
+        JOBS / "roundtrip.py",
+        json.dumps(options),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("REPORT ")]
+    report = json.loads(line.removeprefix("REPORT "))
+
+    counts = Counter(int(v) for v in report["values"])
+    assert set(counts) == set(range(ROWS)), "every row written by the sink is consumed"
+    assert max(counts.values()) == 1, "exactly once through sink -> queue -> source"
+    stats = report["stats"]
+    assert (stats["enqueued"], stats["acked"], stats["backlog"]) == (ROWS, ROWS, 0)
+
+    # Imported from the shipped archive everywhere: the driver, and executors on both workers.
+    driver_file, driver_python = report["driver"]
+    assert shipped_zip.name in driver_file and driver_python == clean_python
+    assert report["executors"], "the probe job ran on the executors"
+    for file, python in report["executors"]:
+        assert ".zip" in file and str(ROOT) not in file, file
+        assert python == clean_python
+
+
+def test_repair_job_on_the_cluster(
+    spark_cluster, clean_python, shipped_zip, cassieq_options, queue_client, tmp_path
+):
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    queue_client.create_queue(name, bucket_size=10, repair_timeout=TIMEOUT)
+    queue = queue_client.get_queue(name)
+    payloads = _late_writes(queue_client, queue, 6)
+    done = submit(
+        spark_cluster,
+        clean_python,
+        shipped_zip,
+        ROOT / "jobs" / "repair.py",
+        "--contact-points",
+        cassieq_options["contactPoints"],
+        "--port",
+        cassieq_options["port"],
+        "--keyspace",
+        cassieq_options["keyspace"],
+        "--queue",
+        name,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [summary] = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    assert summary["republished"] == len(payloads), summary
+    _assert_each_once(queue_client, queue, payloads)
+    queue_client.delete_queue(name)
