@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -84,7 +85,15 @@ def shipped_zip(tmp_path_factory) -> Path:
     return Path(shutil.copy(wheel, wheel.with_suffix(".zip")))
 
 
-def submit(cluster: LocalSpark, python: str, pyfiles: Path, script: Path, *args: str, cwd: Path):
+def submit(
+    cluster: LocalSpark,
+    python: str,
+    pyfiles: Path,
+    script: Path,
+    *args: str,
+    cwd: Path,
+    wait: bool = True,
+):
     env = {
         k: v
         for k, v in os.environ.items()
@@ -106,6 +115,10 @@ def submit(cluster: LocalSpark, python: str, pyfiles: Path, script: Path, *args:
         str(script),
         *args,
     ]
+    if not wait:
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     return subprocess.run(
         cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT
     )
@@ -170,3 +183,51 @@ def test_repair_job_on_the_cluster(
     assert summary["republished"] == len(payloads), summary
     _assert_each_once(queue_client, queue, payloads)
     queue_client.delete_queue(name)
+
+
+def test_executor_killed_mid_batch_loses_and_duplicates_nothing(
+    spark_cluster, clean_python, shipped_zip, cassieq_options, queue_client, tmp_path
+):
+    """Source -> slow UDF -> sink on the cluster; worker 1 (its JVM, executor and Python workers)
+    is SIGKILLed while a batch's tasks run. Spark re-runs the lost tasks on worker 2: the sink's
+    keyed blocks make the rerun rewrite the same ids, the source acks only committed batches."""
+    source, target = (f"t_{uuid.uuid4().hex[:12]}" for _ in range(2))
+    for name in (source, target):
+        queue_client.create_queue(name)
+    n = 2000
+    for start in range(0, n, 500):
+        queue_client.put_many(source, [str(i).encode() for i in range(start, start + 500)])
+    options = {**cassieq_options, "source": source, "target": target}
+    job = submit(
+        spark_cluster,
+        clean_python,
+        shipped_zip,
+        JOBS / "relay.py",
+        json.dumps(options),
+        cwd=tmp_path,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while queue_client.stats(target)["enqueued"] < 400:  # past the first batch
+            assert job.poll() is None, job.communicate()[1][-4000:]
+            assert time.monotonic() < deadline, "the relay made no progress"
+            time.sleep(0.2)
+        spark_cluster.kill_worker(1)
+        out, err = job.communicate(timeout=SUBMIT_TIMEOUT)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        spark_cluster.start_worker(1)
+    assert job.returncode == 0, err[-4000:]
+    assert "Lost task" in err or "lost executor" in err.lower(), "the kill hit no running task"
+
+    delivered = Counter()
+    while (msg := queue_client.get(target)) is not None:
+        delivered[int(msg.payload)] += 1
+        assert queue_client.ack(target, msg.pop_receipt)
+    assert set(delivered) == set(range(n)), f"lost: {sorted(set(range(n)) - set(delivered))[:20]}"
+    dupes = {k: v for k, v in delivered.items() if v > 1}
+    assert not dupes, f"relayed more than once: {dupes}"
+    stats = queue_client.stats(source)
+    assert (stats["acked"], stats["backlog"], stats["in_flight"]) == (n, 0, 0)
