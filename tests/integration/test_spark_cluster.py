@@ -28,6 +28,7 @@ from cassieq_spark.local_spark import LocalSpark, spark_home
 pytestmark = [pytest.mark.sparkcluster, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT = str(ROOT / "cassieq_spark")  # where an import from this checkout would come from
 JOBS = Path(__file__).resolve().parent / "spark_cluster_jobs"
 MASTER_PORT = 7177  # not the default 7077/8080: a developer's own cluster may run there
 WEBUI_PORT = 8180
@@ -83,6 +84,29 @@ def shipped_zip(tmp_path_factory) -> Path:
     )
     [wheel] = out.glob("cassieq_spark-*.whl")
     return Path(shutil.copy(wheel, wheel.with_suffix(".zip")))
+
+
+@pytest.fixture(scope="module")
+def packed_env(tmp_path_factory, shipped_zip) -> Path:
+    """A venv with the dependencies and the wheel, packed by venv-pack for ``--archives``. Not
+    pyspark: executors and driver take it from SPARK_HOME. Needs pip to reach an index."""
+    from importlib.metadata import version
+
+    base = tmp_path_factory.mktemp("packed")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    deps = [f"{name}=={version(name)}" for name in ("cassandra-driver", "pyarrow", "pandas")]
+    installed = subprocess.run([*pip, *deps, "venv-pack"], capture_output=True, text=True)
+    if installed.returncode != 0:
+        pytest.skip(f"cannot build the packed environment (pip): {installed.stderr[-300:]}")
+    wheel = next(shipped_zip.parent.glob("cassieq_spark-*.whl"))
+    subprocess.run([*pip, "--no-deps", str(wheel)], check=True)
+    archive = base / "env.tar.gz"
+    subprocess.run(
+        [str(venv / "bin" / "venv-pack"), "-q", "-p", str(venv), "-o", str(archive)], check=True
+    )
+    return archive
 
 
 def submit(
@@ -152,7 +176,7 @@ def test_round_trip_on_the_cluster_with_executors_that_lack_the_package(
     assert shipped_zip.name in driver_file and driver_python == clean_python
     assert report["executors"], "the probe job ran on the executors"
     for file, python in report["executors"]:
-        assert ".zip" in file and str(ROOT) not in file, file
+        assert ".zip" in file and CHECKOUT not in file, file
         assert python == clean_python
 
 
@@ -231,3 +255,48 @@ def test_executor_killed_mid_batch_loses_and_duplicates_nothing(
     assert not dupes, f"relayed more than once: {dupes}"
     stats = queue_client.stats(source)
     assert (stats["acked"], stats["backlog"], stats["in_flight"]) == (n, 0, 0)
+
+
+def test_packed_environment_ships_everything(
+    spark_cluster, packed_env, cassieq_options, queue_client, tmp_path
+):
+    """The venv-pack way: executors unpack ``--archives env.tar.gz#env`` and run ./env/bin/python.
+    The driver's own data-source workers also run PYSPARK_PYTHON (./env/bin/python) from the
+    driver's working directory, so the archive must be unpacked there too (README)."""
+    (tmp_path / "env").mkdir()
+    subprocess.run(["tar", "-xzf", str(packed_env), "-C", str(tmp_path / "env")], check=True)
+    queue = f"t_{uuid.uuid4().hex[:12]}"
+    options = {**cassieq_options, "queue": queue, "rows": "1000"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK_", "CASSIEQ_")) and k != "PYTHONPATH"
+    }
+    env |= {
+        "SPARK_HOME": str(spark_home()),
+        "PYSPARK_PYTHON": "./env/bin/python",
+        "PYSPARK_DRIVER_PYTHON": "./env/bin/python",
+    }
+    cmd = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        spark_cluster.master_url,
+        "--conf",
+        "spark.executor.memory=512m",
+        "--archives",
+        f"{packed_env}#env",
+        str(JOBS / "roundtrip.py"),
+        json.dumps(options),
+    ]
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("REPORT ")]
+    report = json.loads(line.removeprefix("REPORT "))
+    assert sorted(int(v) for v in report["values"]) == list(range(1000))
+    assert report["stats"]["acked"] == 1000
+    for file, python in report["executors"]:
+        # Unpacked by Spark into the executor's work dir, not this checkout or the driver's copy.
+        assert "/work/app-" in file and "/env/" in file and CHECKOUT not in file, file
+        assert python.endswith("/env/bin/python")
