@@ -148,8 +148,10 @@ class LocalSpark:
         name = f"worker-{index}"
         args = (
             self.master_url,
+            # Worker n on 127.0.0.n, like Cassandra's nodes: Spark treats the workers as separate
+            # hosts, so it places a speculative attempt on another worker than the original one.
             "--host",
-            HOST,
+            f"127.0.0.{index}",
             "--cores",
             str(self.worker_cores),
             "--memory",

@@ -117,6 +117,7 @@ def submit(
     *args: str,
     cwd: Path,
     wait: bool = True,
+    conf: dict[str, str] | None = None,
 ):
     env = {
         k: v
@@ -134,6 +135,7 @@ def submit(
         "spark.executor.memory=512m",
         "--conf",
         "spark.ui.enabled=false",
+        *(arg for key, val in (conf or {}).items() for arg in ("--conf", f"{key}={val}")),
         "--py-files",
         str(pyfiles),
         str(script),
@@ -300,3 +302,41 @@ def test_packed_environment_ships_everything(
         # Unpacked by Spark into the executor's work dir, not this checkout or the driver's copy.
         assert "/work/app-" in file and "/env/" in file and CHECKOUT not in file, file
         assert python.endswith("/env/bin/python")
+
+
+def test_speculative_attempt_writes_each_row_once(
+    spark_cluster, clean_python, shipped_zip, cassieq_options, queue_client, tmp_path
+):
+    """spark.speculation on a real cluster (local mode never speculates): partition 0's first
+    attempt hangs half-way through its rows, Spark starts a second attempt of it on the other
+    executor, and both write the same partition under the same write id. Every row lands once."""
+    queue = f"t_{uuid.uuid4().hex[:12]}"
+    queue_client.create_queue(queue)
+    n = 2000
+    done = submit(
+        spark_cluster,
+        clean_python,
+        shipped_zip,
+        JOBS / "speculative.py",
+        json.dumps({**cassieq_options, "queue": queue, "rows": str(n)}),
+        cwd=tmp_path,
+        conf={
+            "spark.speculation": "true",
+            "spark.speculation.interval": "200ms",
+            "spark.speculation.quantile": "0.5",
+            "spark.speculation.multiplier": "1.5",
+            "spark.speculation.minTaskRuntime": "2s",
+        },
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    (tmp_path / "spark-submit.err").write_text(done.stderr)  # kept for a failure
+    assert "speculatable" in done.stderr, "Spark never speculated: the test proved nothing"
+    assert "Starting task 0.1 in stage" in done.stderr, "no second attempt of partition 0 ran"
+
+    delivered = Counter()
+    while (msg := queue_client.get(queue)) is not None:
+        delivered[int(msg.payload)] += 1
+        assert queue_client.ack(queue, msg.pop_receipt)
+    assert set(delivered) == set(range(n)), f"lost: {sorted(set(range(n)) - set(delivered))[:20]}"
+    dupes = {k: v for k, v in delivered.items() if v > 1}
+    assert not dupes, f"written twice: {dupes}"
