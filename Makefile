@@ -70,7 +70,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 demo: setup
-	$(PY) jobs/demo.py
+	$(PY) jobs/demo.py --port $(CASSANDRA_PORT)
 
 bench: setup
 	$(PY) -m bench.run --full

@@ -19,10 +19,11 @@ From Python::
 
 Modules: ``config`` (paths, cassandra.yaml and JVM flags of one node), ``process`` (one node's
 JVM: start, recognise, stop), ``probe`` (ports and CQL readiness), ``ring`` (joining nodes into a
-ring), ``cluster`` (:class:`LocalCassandra`), ``cli`` (the command line).
+ring), ``cluster`` (:class:`LocalCassandra`), ``endpoint`` (use the Cassandra already on a port,
+or start one, on a free port if that one is taken), ``cli`` (the command line).
 """
 
-from .cli import main
+from .cli import failure_line, main, report_failure
 from .cluster import LocalCassandra, NodeReady, recorded_nodes, stop_recorded
 from .config import (
     AVAILABLE_PROCESSORS,
@@ -52,6 +53,7 @@ from .config import (
     read_jvm_options,
     render_yaml,
 )
+from .endpoint import Endpoint, cassandra_endpoint, ensure_cassandra
 from .probe import (
     free_port,
     port_free,
@@ -82,11 +84,15 @@ __all__ = [
     "STOP_TIMEOUT",
     "SUPPORTED_JAVA",
     "CassandraError",
+    "Endpoint",
     "LocalCassandra",
     "NodeConfig",
     "NodeReady",
     "check_lib_dir",
+    "cassandra_endpoint",
     "default_heap",
+    "ensure_cassandra",
+    "failure_line",
     "find_java",
     "free_port",
     "initial_token",
@@ -100,6 +106,7 @@ __all__ = [
     "query_peers",
     "query_release_version",
     "read_jvm_options",
+    "report_failure",
     "read_rss_bytes",
     "recorded_nodes",
     "render_yaml",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cluster import LocalCassandra, recorded_nodes, stop_recorded
+from .cluster import recorded_nodes, stop_recorded
 from .config import (
     DEFAULT_BASE_DIR,
     DEFAULT_PORT,
@@ -17,12 +19,36 @@ from .config import (
     STATE_DIR,
     CassandraError,
 )
+from .endpoint import ensure_cassandra
 from .probe import query_release_version
 from .process import live_pid
 
 
 def _out(message: object, error: bool = False) -> None:
     print(message, file=sys.stderr if error else sys.stdout, flush=True)  # noqa: T201
+
+
+def debug() -> bool:
+    """True when the user asked for tracebacks and log tails (``DEBUG=1``)."""
+    return os.environ.get("DEBUG", "").strip() not in ("", "0")
+
+
+def failure_line(what: str, exc: BaseException) -> str:
+    """One line for a failure: what failed, the error, and how to see more."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, CassandraError):
+        text = f"{type(exc).__name__}: {text}"
+    more = "" if debug() else " (DEBUG=1 shows the traceback and log tails)"
+    return f"{what}: {text}{more}"
+
+
+def report_failure(what: str, exc: BaseException) -> None:
+    """Print ``failure_line`` on stderr; with DEBUG=1 also the traceback and any log tails."""
+    if debug():
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        if getattr(exc, "detail", ""):
+            _out(exc.detail, error=True)  # type: ignore[attr-defined]
+    _out(failure_line(what, exc), error=True)
 
 
 def _base_dirs(args: argparse.Namespace) -> list[Path]:
@@ -56,20 +82,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 
     if args.command == "up":
-        cluster = LocalCassandra(
-            nodes=args.nodes,
-            port=args.port,
-            storage_port=args.storage_port,
-            heap=args.heap,
-            base_dir=args.base_dir,
-            startup_timeout=args.timeout,
-        )
         try:
-            for ready in cluster.start():
-                _out(ready.describe())
-        except CassandraError as exc:
-            _out(exc, error=True)
+            endpoint = ensure_cassandra(
+                port=args.port,
+                storage_port=args.storage_port,
+                nodes=args.nodes,
+                heap=args.heap,
+                base_dir=args.base_dir,
+                startup_timeout=args.timeout,
+                say=_out,
+            )
+        except Exception as exc:  # every failure is one line unless DEBUG=1
+            report_failure("cassandra-up failed", exc)
             return 1
+        for ready in endpoint.ready:
+            _out(ready.describe())
         return 0
 
     if args.command == "down":

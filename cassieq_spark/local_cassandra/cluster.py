@@ -98,6 +98,11 @@ class LocalCassandra:
     def contact_points(self) -> list[str]:
         return [node_address(i) for i in range(1, self.nodes + 1)]
 
+    @property
+    def started_here(self) -> list[int]:
+        """Indexes of the nodes this object started and has not stopped."""
+        return list(self._started_here)
+
     def node(self, index: int) -> NodeConfig:
         if not 1 <= index <= self.nodes:
             raise ValueError(f"node index must be in 1..{self.nodes}, got {index}")
@@ -231,7 +236,7 @@ class LocalCassandra:
         try:
             self.start()
         except BaseException:
-            self._stop_started_here()
+            self.stop_started_here()
             raise
         return self
 
@@ -241,9 +246,10 @@ class LocalCassandra:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop_started_here()
+        self.stop_started_here()
 
-    def _stop_started_here(self) -> None:
+    def stop_started_here(self) -> None:
+        """Stop the nodes this object started (last first); nodes it found running stay up."""
         for index in sorted(self._started_here, reverse=True):
             self.stop_node(index)
 
