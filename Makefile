@@ -13,7 +13,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
-        cassandra-up cassandra-down cassandra-status clean
+        dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
 
@@ -78,5 +78,10 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench.run --quick
 
+# A wheel and an sdist in dist/ (the wheel is built from the sdist, so both are checked).
+dist: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .cassandra build *.egg-info
+	rm -rf $(VENV) .cassandra build dist *.egg-info
