@@ -46,8 +46,9 @@ def report_failure(what: str, exc: BaseException) -> None:
     """Print ``failure_line`` on stderr; with DEBUG=1 also the traceback and any log tails."""
     if debug():
         traceback.print_exception(type(exc), exc, exc.__traceback__)
-        if getattr(exc, "detail", ""):
-            _out(exc.detail, error=True)  # type: ignore[attr-defined]
+        detail = getattr(exc, "detail", "")
+        if detail:
+            _out(detail, error=True)
     _out(failure_line(what, exc), error=True)
 
 
@@ -117,5 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             state = f"running (pid {pid}), " + (
                 f"answering CQL, release {version}" if version else "not answering CQL"
             )
-        _out(f"node {node.index} {node.address}:{node.port}: {state}")
+        moved = f" (for port {node.requested_port})" if node.requested_port else ""
+        _out(f"node {node.index} {node.address}:{node.port}{moved}: {state}")
     return 0 if running else 1

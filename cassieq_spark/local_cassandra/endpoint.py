@@ -161,10 +161,17 @@ def ensure_cassandra(
 
 @contextmanager
 def cassandra_endpoint(
-    port: int = DEFAULT_PORT, say: Callable[[str], None] = log.info, **kwargs: object
+    port: int = DEFAULT_PORT,
+    say: Callable[[str], None] = log.info,
+    *,
+    storage_port: int = DEFAULT_STORAGE_PORT,
+    nodes: int = 1,
+    base_dir: Path | str | None = None,
 ) -> Iterator[Endpoint]:
     """:func:`ensure_cassandra` as a context: on leaving, stops only the nodes it started."""
-    endpoint = ensure_cassandra(port, say=say, **kwargs)  # type: ignore[arg-type]
+    endpoint = ensure_cassandra(
+        port, storage_port=storage_port, nodes=nodes, base_dir=base_dir, say=say
+    )
     try:
         yield endpoint
     finally:
