@@ -13,7 +13,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
-        cassandra-up cassandra-down cassandra-status clean
+        dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
 
@@ -82,7 +82,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 demo: setup
-	$(PY) jobs/demo.py
+	$(PY) jobs/demo.py --port $(CASSANDRA_PORT)
 
 bench: setup
 	$(PY) -m bench.run --full
@@ -90,5 +90,10 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench.run --quick
 
+# A wheel and an sdist in dist/ (the wheel is built from the sdist, so both are checked).
+dist: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .cassandra build *.egg-info
+	rm -rf $(VENV) .cassandra build dist *.egg-info

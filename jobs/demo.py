@@ -1,12 +1,15 @@
 """The main job: a local end-to-end demo of cassieq-spark (`make demo`).
 
-1. starts the embedded Cassandra 5.0 (unless one answers already) and bootstraps the schema;
+1. uses the Cassandra 5.x answering on 127.0.0.1:9042 (left running), or starts the embedded one
+   (on the next free port if 9042 is held by something else), and bootstraps the schema;
 2. creates the queue `demo`;
 3. a Spark streaming query turns generated rows into queue messages (the `cassieq` sink);
 4. a second streaming query consumes the queue (the `cassieq` source) and prints running counts;
    each micro-batch is acked when Spark commits it;
 5. runs the repair job once and prints the queue's stats;
 6. stops what it started.
+
+A failure is one line; DEBUG=1 shows the traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from cassieq_spark import QueueClient, QueueNotFoundError  # noqa: E402
-from cassieq_spark.local_cassandra import LocalCassandra  # noqa: E402
+from cassieq_spark.local_cassandra import cassandra_endpoint, report_failure  # noqa: E402
 
 QUEUE = "demo"
 
@@ -45,21 +48,13 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    cassandra = LocalCassandra(nodes=1, port=args.port)
-    started_here = not cassandra.is_running()
-    if started_here:
-        say("starting the embedded Cassandra 5.0 on 127.0.0.1 (first start takes ~30 s)...")
-        t = time.time()
-        cassandra.start()
-        say(f"Cassandra is up after {time.time() - t:.1f} s")
-    else:
-        say("using the Cassandra already running on 127.0.0.1")
-    try:
-        return run(args)
-    finally:
-        if started_here:
-            say("stopping the Cassandra this demo started")
-            cassandra.stop()
+    with cassandra_endpoint(args.port, say=say) as cassandra:
+        args.port = cassandra.port  # another one when the asked port was taken
+        try:
+            return run(args)
+        finally:
+            if cassandra.started:
+                say("stopping the Cassandra this demo started")
 
 
 def run(args) -> int:
@@ -170,4 +165,8 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as exc:  # one line for the user; DEBUG=1 shows the traceback
+        report_failure("make demo failed", exc)
+        sys.exit(1)

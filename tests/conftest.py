@@ -4,9 +4,11 @@
 
 - ``external://host[,host...]:port`` - an existing cluster (e.g. ``external://127.0.0.1:9042``);
 - ``docker`` - a ``cassandra:5.0`` container through testcontainers;
-- ``auto`` (default) - docker if an engine answers and the image is cached, else the local
-  launcher (``cassieq_spark.local_cassandra``), started if it is not running and stopped at the
-  end only if this session started it.
+- ``auto`` (default) - docker if an engine answers and the image is cached, else the Cassandra 5.x
+  already answering on 127.0.0.1:9042 (left running), else the local launcher
+  (``cassieq_spark.local_cassandra``), on the next free port if 9042 is held by something else,
+  stopped at the end only if this session started it. What was chosen is one line on the
+  terminal; a failure is one line (``DEBUG=1`` for the traceback).
 
 Further fixtures live in ``tests/fixtures_*.py``.
 """
@@ -30,10 +32,10 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 from cassieq_spark.local_cassandra import (
     DEFAULT_PORT,
-    LocalCassandra,
-    node_address,
-    query_release_version,
+    ensure_cassandra,
+    failure_line,
 )
+from cassieq_spark.local_cassandra.cli import debug
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +115,42 @@ def _docker_endpoint() -> Iterator[CassandraEndpoint]:
         yield CassandraEndpoint([h for h, _ in points], points[0][1], "docker")
 
 
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """Write one line to the terminal, even from inside a captured fixture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        log.warning("%s", line)
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else nullcontext():
+            reporter.write_line(f"cassandra: {line}")
+
+    return say
+
+
 @contextmanager
-def _local_endpoint() -> Iterator[CassandraEndpoint]:
-    address = node_address(1)
-    local = LocalCassandra(nodes=1, port=DEFAULT_PORT)
-    if not local.is_node_running(1) and query_release_version(address, DEFAULT_PORT):
-        # Something this checkout did not start (another checkout's dev node) answers there.
-        log.warning("using the Cassandra already answering on %s:%d", address, DEFAULT_PORT)
-        yield CassandraEndpoint([address], DEFAULT_PORT, "external")
-        return
-    with local:  # starts the node if needed; stops it afterwards only if it started it
-        yield CassandraEndpoint(local.contact_points, local.port, "local")
+def _local_endpoint(config: pytest.Config) -> Iterator[CassandraEndpoint]:
+    """The Cassandra on 127.0.0.1:$CASSANDRA_PORT (9042) if it is a 5.x, else the embedded one (on
+    a free port if that one is taken by something else); stops at the end only what it started."""
+    try:
+        found = ensure_cassandra(
+            int(os.environ.get("CASSANDRA_PORT", DEFAULT_PORT)), say=_say(config)
+        )
+    except Exception as exc:  # one line, not a traceback per test (DEBUG=1 shows it)
+        if debug():
+            raise
+        pytest.exit(failure_line("the tests' Cassandra", exc), returncode=3)
+    try:
+        kind = "external" if found.external else "local"
+        yield CassandraEndpoint(found.contact_points, found.port, kind)
+    finally:
+        found.stop_started()
 
 
 @pytest.fixture(scope="session")
-def cassandra() -> Iterator[CassandraEndpoint]:
+def cassandra(pytestconfig: pytest.Config) -> Iterator[CassandraEndpoint]:
     """The Cassandra under test (see the module docstring for CASSIEQ_TEST_CASSANDRA)."""
     mode = os.environ.get("CASSIEQ_TEST_CASSANDRA", "auto").strip() or "auto"
     factory: Callable[[], AbstractContextManager[CassandraEndpoint]]
@@ -137,7 +160,7 @@ def cassandra() -> Iterator[CassandraEndpoint]:
     elif mode == "docker":
         factory = _docker_endpoint
     elif mode == "auto":
-        factory = _docker_endpoint if _docker_usable() else _local_endpoint
+        factory = _docker_endpoint if _docker_usable() else partial(_local_endpoint, pytestconfig)
     else:
         raise pytest.UsageError(
             f"CASSIEQ_TEST_CASSANDRA={mode!r}: use auto, docker or external://host:port"

@@ -1,0 +1,272 @@
+"""A run's results as a table (markdown) and files: ``<stamp>.json``, ``<stamp>.md``, the plots
+and the sink's profile."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from .plots import plots
+
+log = logging.getLogger("bench")
+
+
+def _fmt(v, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def table_rows(results: dict) -> list[dict]:
+    """The comparisons as rows: what, median, min, max, baseline median, ratio."""
+    rows: list[dict] = []
+    s = results["suites"]
+
+    def add(suite, what, summ, unit, base=None, base_name=None, ratio=None, digits=0):
+        rows.append(
+            {
+                "suite": suite,
+                "what": what,
+                "unit": unit,
+                "median": summ.get("median") if summ else None,
+                "min": summ.get("min") if summ else None,
+                "max": summ.get("max") if summ else None,
+                "baseline": base_name,
+                "baseline_median": base.get("median") if base else None,
+                "ratio": ratio,
+                "digits": digits,
+            }
+        )
+
+    sk = s.get("sink", {})
+    for size, r in (sk.get("sizes") or {}).items():
+        add(
+            "1 sink",
+            f"writeStream cassieq, {size} B, write phase",
+            r["sink_rate"],
+            "msg/s",
+            r["driver_rate"],
+            "raw driver, same rows",
+            r["ratio_vs_driver"],
+        )
+        add(
+            "1 sink",
+            f"writeStream cassieq, {size} B, incl. query start",
+            r["sink_wall_rate"],
+            "msg/s",
+            r["driver_rate"],
+            "raw driver, same rows",
+            r["wall_ratio_vs_driver"],
+        )
+    src = s.get("source", {})
+    if src.get("status") == "ok":
+        add(
+            "2 source",
+            "AvailableNow consume+ack, batches",
+            src["source_rate"],
+            "msg/s",
+            src["scan_rate"],
+            "raw driver scan",
+            src["ratio_vs_scan"],
+        )
+        add(
+            "2 source",
+            "AvailableNow consume+ack, incl. query start",
+            src["source_wall_rate"],
+            "msg/s",
+            src["scan_rate"],
+            "raw driver scan",
+            src["wall_ratio_vs_scan"],
+        )
+        if "spark_read_rate" in src:
+            add(
+                "2 source",
+                "AvailableNow consume+ack, incl. query start",
+                src["source_wall_rate"],
+                "msg/s",
+                src["spark_read_rate"],
+                "plain spark.read, same rows",
+                src["wall_ratio_vs_spark_read"],
+            )
+    lat = s.get("latency", {})
+    for trig, r in (lat.get("triggers") or {}).items():
+        rows.append(
+            {
+                "suite": "3 latency",
+                "what": f"put->delivery, trigger {trig} s (p50 / p95 / p99)",
+                "unit": "s",
+                "median": r["p50"],
+                "min": None,
+                "max": None,
+                "extra": f"{_fmt(r['p50'], 3)} / {_fmt(r['p95'], 3)} / {_fmt(r['p99'], 3)}",
+                "baseline": "trigger interval",
+                "baseline_median": float(trig),
+                "ratio": (r["p50"] / float(trig)) if r["p50"] else None,
+                "digits": 3,
+            }
+        )
+    eng = s.get("engine", {})
+    if eng.get("status") == "ok" and isinstance(eng.get("cassieq"), list):
+        ref = {r["operation"]: r for r in eng.get("reference_protocol") or []}
+        for r in eng["cassieq"]:
+            op = r["operation"]
+            b = ref.get(op.split("(")[0])
+            rows.append(
+                {
+                    "suite": "4 engine",
+                    "what": f"{op}: msg/s; LWT/msg {r['lwt_per_message']} "
+                    f"(reference {b['lwt_per_message'] if b else '-'})",
+                    "unit": "msg/s",
+                    "median": r["per_second"],
+                    "min": None,
+                    "max": None,
+                    "baseline": "reference protocol" if b else None,
+                    "baseline_median": b["per_second"] if b else None,
+                    "ratio": r["per_second"] / b["per_second"] if b else None,
+                    "digits": 0,
+                }
+            )
+    for name, label in (("flatness_source", "source"), ("flatness_client", "client get+ack")):
+        f = s.get(name, {})
+        if f.get("status") == "ok":
+            add(
+                "5 flatness",
+                f"{label} after {f['history']:,} consumed",
+                f["old_rate"],
+                "msg/s",
+                f["fresh_rate"],
+                "fresh queue",
+                f["ratio_old_vs_fresh"],
+            )
+    prof = s.get("sink_profile", {})
+    if prof.get("status") == "ok":
+        rows.append(
+            {
+                "suite": "profile",
+                "what": f"{prof['what']}, 1 process",
+                "unit": "msg/s",
+                "median": prof["rate_single_process"],
+                "min": None,
+                "max": None,
+                "baseline": None,
+                "baseline_median": None,
+                "ratio": None,
+                "digits": 0,
+            }
+        )
+    for name in ("sink", "latency"):
+        m = s.get(name, {}).get("memory")
+        if m:
+            rows.append(
+                {
+                    "suite": "6 memory",
+                    "what": f"during {name}: driver / JVM / worker peak / workers sum",
+                    "unit": "MiB",
+                    "median": None,
+                    "min": None,
+                    "max": None,
+                    "baseline": None,
+                    "baseline_median": None,
+                    "ratio": None,
+                    "digits": 0,
+                    "extra": f"{_fmt(m['driver_python_rss_mib'], 0)} / {_fmt(m['jvm_peak_mib'], 0)} / "
+                    f"{_fmt(m['python_worker_peak_mib'], 0)} / {_fmt(m['python_workers_sum_peak_mib'], 0)}",
+                }
+            )
+    return rows
+
+
+def markdown(results: dict, plots: list[str]) -> str:
+    m = results["machine"]
+    c = results["config"]
+    lines = [
+        f"# cassieq-spark benchmark, {results['stamp']} ({'quick' if c['quick'] else 'full'})",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}; "
+        f"Python {m['python']}, PySpark {m['pyspark']}, Cassandra {m['cassandra']} "
+        f"({m['cassandra_nodes']}); commit {m['git_commit']}. Load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['load_average_start'])}, at end "
+        f"{', '.join(f'{x:.2f}' for x in m.get('load_average_end', []))} (shared machine: "
+        "absolute numbers drift, ratios within the run are what count).",
+        "",
+        f"Each figure: median of {c['repeats']} runs (min-max); processes/task slots: "
+        f"{c['processes']}; rows: sink {c['sink_rows']:,}, source {c['source_rows']:,}.",
+        "",
+        "| suite | measurement | median | min | max | baseline | baseline median | ratio |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in table_rows(results):
+        d = r["digits"]
+        med = r.get("extra") or _fmt(r["median"], d)
+        lines.append(
+            f"| {r['suite']} | {r['what']} ({r['unit']}) | {med} | {_fmt(r['min'], d)} | "
+            f"{_fmt(r['max'], d)} | {r['baseline'] or '-'} | {_fmt(r['baseline_median'], d)} | "
+            f"{_fmt(r['ratio'], 2) if r['ratio'] is not None else '-'} |"
+        )
+    lines += ["", "## Suites not measured", ""]
+    missing = False
+    for name, e in results["suites"].items():
+        if e.get("status") in ("skipped", "failed"):
+            missing = True
+            lines.append(f"- **{name}**: {e['status']}: {e.get('reason') or e.get('error')}")
+        if name == "connector" and e.get("reason"):
+            missing = True
+            lines.append(f"- **Spark Cassandra Connector**: {e['reason']}")
+    if not missing:
+        lines.append("- none")
+    eng = results["suites"].get("engine", {})
+    if eng.get("status") == "ok" and eng.get("table"):
+        lines += ["", "## Engine (bench/engine.py, one process, single messages)", "", "```"]
+        lines += [ln for ln in eng["table"].splitlines() if not ln.startswith("written to")]
+        lines += ["```"]
+    prof = results["suites"].get("sink_profile", {})
+    if prof.get("status") == "ok":
+        lines += [
+            "",
+            "## Sink hot-path profile",
+            "",
+            f"{prof['what']} over {prof['rows']:,} "
+            f"rows of {prof['payload_bytes']} B: {prof['rate_single_process']:,.0f} msg/s "
+            "in one process." + (f" Note: {prof['note']}" if prof.get("note") else ""),
+            "",
+            f"Full top-30 text: `{results['stamp']}-sink-profile.txt`.",
+        ]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines.append(f"\nTotal run time: {results['total_seconds']} s.")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(results: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = results["stamp"]
+    paths = {}
+    prof = results["suites"].get("sink_profile", {})
+    if prof.get("status") == "ok":
+        p = out_dir / f"{stamp}-sink-profile.txt"
+        p.write_text(
+            f"# {prof['what']}\n# {prof['rows']} rows of {prof['payload_bytes']} B, "
+            f"{prof['seconds']:.2f} s\n# {prof.get('note') or ''}\n\n"
+            "## sorted by cumulative time\n"
+            + prof["top_cumulative"]
+            + "\n## sorted by own time\n"
+            + prof["top_tottime"]
+        )
+        paths["profile"] = p
+    try:
+        made = plots(results, out_dir, stamp)
+    except Exception:
+        log.exception("plots failed")
+        made = []
+    p = out_dir / f"{stamp}.json"
+    p.write_text(json.dumps(results, indent=1, default=str, sort_keys=False))
+    paths["json"] = p
+    p = out_dir / f"{stamp}.md"
+    p.write_text(markdown(results, made))
+    paths["md"] = p
+    for m in made:
+        paths[m] = out_dir / m
+    return paths

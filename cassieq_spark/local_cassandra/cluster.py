@@ -1,0 +1,281 @@
+"""A local Cassandra node or cluster on 127.0.0.1..127.0.0.N, managed through pid files."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from .config import (
+    DEFAULT_BASE_DIR,
+    DEFAULT_PORT,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_STORAGE_PORT,
+    STOP_TIMEOUT,
+    CassandraError,
+    NodeConfig,
+    default_heap,
+    node_address,
+)
+from .probe import port_open, query_release_version
+from .process import (
+    check_lib_dir,
+    find_java,
+    live_pid,
+    read_record,
+    read_rss_bytes,
+    spawn,
+    startup_failure,
+    stop,
+)
+from .ring import start_joining, wait_ring
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeReady:
+    """Outcome of starting one node."""
+
+    index: int
+    address: str
+    port: int
+    pid: int
+    seconds: float
+    rss_bytes: int | None
+    already_running: bool
+
+    def describe(self) -> str:
+        rss = f"{self.rss_bytes / 2**20:.0f} MiB" if self.rss_bytes else "unknown"
+        if self.already_running:
+            return f"node {self.index} {self.address}:{self.port} already running (pid {self.pid}, RSS {rss})"
+        return (
+            f"node {self.index} {self.address}:{self.port} ready in {self.seconds:.1f} s "
+            f"(pid {self.pid}, RSS {rss})"
+        )
+
+
+class LocalCassandra:
+    """A local Cassandra node or cluster on 127.0.0.1..127.0.0.N, managed through pid files.
+
+    A context manager: entering starts what is not running, leaving stops only what it started.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        port: int = DEFAULT_PORT,
+        storage_port: int = DEFAULT_STORAGE_PORT,
+        heap: str | None = None,
+        base_dir: Path | str | None = None,
+        cluster_name: str | None = None,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        requested_port: int | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be >= 1")
+        self.nodes = nodes
+        self._port = port
+        self.storage_port = storage_port
+        self.heap = heap or default_heap(nodes)
+        self.base_dir = Path(base_dir).resolve() if base_dir else DEFAULT_BASE_DIR
+        self.cluster_name = cluster_name or f"cassieq-{self.base_dir.name}"
+        self.startup_timeout = startup_timeout
+        self.requested_port = requested_port if requested_port != port else None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._started_here: list[int] = []
+
+    # --- description -------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def contact_points(self) -> list[str]:
+        return [node_address(i) for i in range(1, self.nodes + 1)]
+
+    @property
+    def started_here(self) -> list[int]:
+        """Indexes of the nodes this object started and has not stopped."""
+        return list(self._started_here)
+
+    def node(self, index: int) -> NodeConfig:
+        if not 1 <= index <= self.nodes:
+            raise ValueError(f"node index must be in 1..{self.nodes}, got {index}")
+        return NodeConfig(
+            index,
+            self.nodes,
+            self._port,
+            self.storage_port,
+            self.base_dir,
+            self.cluster_name,
+            self.requested_port,
+        )
+
+    # --- state -------------------------------------------------------------------------------
+    def pid(self, index: int) -> int | None:
+        """The recorded pid of node ``index`` if that process is alive and is this node's JVM."""
+        return live_pid(self.node(index))
+
+    def is_node_running(self, index: int) -> bool:
+        return self.pid(index) is not None
+
+    def is_node_answering(self, index: int) -> bool:
+        node = self.node(index)
+        return (
+            self.pid(index) is not None
+            and query_release_version(node.address, node.port) is not None
+        )
+
+    def is_running(self) -> bool:
+        """True when every node's process is alive and answers CQL."""
+        return all(self.is_node_answering(i) for i in range(1, self.nodes + 1))
+
+    # --- start / stop --------------------------------------------------------------------------
+    def start(self) -> list[NodeReady]:
+        """Start every node that is not running, one after another, and wait for CQL on each."""
+        return [
+            start_joining(
+                lambda i=i: self.start_node(i), self.node(i), lambda i=i: self.is_node_running(i)
+            )
+            for i in range(1, self.nodes + 1)
+        ]
+
+    def start_node(self, index: int) -> NodeReady:
+        node = self.node(index)
+        started = time.monotonic()
+        pid = self.pid(index)
+        if pid is not None:
+            recorded = read_record(node.node_dir)
+            if recorded and (recorded.get("port"), recorded.get("storage_port")) != (
+                node.port,
+                node.storage_port,
+            ):
+                raise CassandraError(
+                    f"node {index} under {self.base_dir} already runs on port "
+                    f"{recorded.get('port')} (storage {recorded.get('storage_port')}), not "
+                    f"{node.port}: use that port, or stop it first (`make cassandra-down`)"
+                )
+            self._wait_ready(node, started)
+            return NodeReady(index, node.address, node.port, pid, 0.0, read_rss_bytes(pid), True)
+
+        check_lib_dir()
+        java = find_java()
+        for port in (node.port, node.storage_port):
+            if port_open(node.address, port):
+                raise CassandraError(
+                    f"{node.address}:{port} is in use by a process this launcher did not start: "
+                    "stop it or choose other ports (--port, --storage-port)"
+                )
+        proc = spawn(node, java, self.heap)
+        self._procs[index] = proc
+        try:
+            self._wait_ready(node, started)
+        except CassandraError:
+            self.stop_node(index)
+            raise
+        self._started_here.append(index)
+        if self.nodes > 1:
+            self.wait_ring(started + self.startup_timeout)
+        seconds = time.monotonic() - started
+        ready = NodeReady(
+            index, node.address, node.port, proc.pid, seconds, read_rss_bytes(proc.pid), False
+        )
+        log.debug("%s", ready.describe())
+        return ready
+
+    def _wait_ready(self, node: NodeConfig, started: float) -> None:
+        deadline = started + self.startup_timeout
+        while True:
+            proc = self._procs.get(node.index)
+            exited = proc.poll() is not None if proc else live_pid(node) is None
+            if exited:
+                raise startup_failure(node, "the Cassandra process exited during startup")
+            if query_release_version(node.address, node.port) is not None:
+                return
+            if time.monotonic() > deadline:
+                raise startup_failure(node, f"no CQL answer within {self.startup_timeout:.0f} s")
+            time.sleep(0.5)
+
+    def wait_ring(self, deadline: float) -> None:
+        """Wait until every running node lists every other running node in system.peers."""
+        running = [
+            self.node(i).address for i in range(1, self.nodes + 1) if self.is_node_running(i)
+        ]
+        wait_ring(running, self._port, deadline)
+
+    def stop_node(self, index: int, timeout: float = STOP_TIMEOUT) -> bool:
+        """SIGTERM the recorded process of node ``index``, SIGKILL after ``timeout``.
+
+        Returns True if a process was stopped.
+        """
+        stopped = stop(self.node(index), timeout, self._procs.pop(index, None))
+        if index in self._started_here:
+            self._started_here.remove(index)
+        return stopped
+
+    def stop(self) -> None:
+        """Stop every node of this cluster, last node first."""
+        for index in range(self.nodes, 0, -1):
+            self.stop_node(index)
+
+    def wipe(self) -> None:
+        """Delete all node directories (data, logs). Refuses while a node runs."""
+        if any(self.is_node_running(i) for i in range(1, self.nodes + 1)):
+            raise CassandraError(
+                f"refusing to wipe {self.base_dir}: a node is running (stop it first)"
+            )
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    # --- context manager -----------------------------------------------------------------------
+    def __enter__(self) -> LocalCassandra:
+        try:
+            self.start()
+        except BaseException:
+            self.stop_started_here()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_started_here()
+
+    def stop_started_here(self) -> None:
+        """Stop the nodes this object started (last first); nodes it found running stay up."""
+        for index in sorted(self._started_here, reverse=True):
+            self.stop_node(index)
+
+
+def recorded_nodes(base_dir: Path = DEFAULT_BASE_DIR) -> list[NodeConfig]:
+    """Nodes that have a node.json under ``base_dir``, in index order."""
+    nodes = []
+    for node_dir in sorted(base_dir.glob("*/"), key=lambda p: (len(p.name), p.name)):
+        record = read_record(node_dir)
+        if record is None or not node_dir.name.isdigit():
+            continue
+        requested = record.get("requested_port")
+        nodes.append(
+            NodeConfig(
+                index=int(node_dir.name),
+                nodes=int(record["nodes"]),  # type: ignore[call-overload]
+                port=int(record["port"]),  # type: ignore[call-overload]
+                storage_port=int(record["storage_port"]),  # type: ignore[call-overload]
+                base_dir=base_dir,
+                cluster_name=str(record["cluster_name"]),
+                requested_port=None if requested is None else int(requested),  # type: ignore[call-overload]
+            )
+        )
+    return nodes
+
+
+def stop_recorded(base_dir: Path = DEFAULT_BASE_DIR, timeout: float = STOP_TIMEOUT) -> int:
+    """Stop every node recorded under ``base_dir`` (last first); returns how many were stopped."""
+    return sum(stop(node, timeout) for node in reversed(recorded_nodes(base_dir)))

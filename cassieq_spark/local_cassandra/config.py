@@ -1,0 +1,180 @@
+"""Where the launcher keeps its files, and what one node's cassandra.yaml and JVM command line say.
+
+Pure functions of a :class:`NodeConfig`: nothing here starts a process or opens a socket.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CONF_DIR = ROOT / "conf"
+STATE_DIR = ROOT / ".cassandra"
+LIB_DIR = STATE_DIR / "lib"
+DEFAULT_BASE_DIR = STATE_DIR / "nodes"
+DEFAULT_PORT = 9042
+DEFAULT_STORAGE_PORT = 7000
+DEFAULT_STARTUP_TIMEOUT = 300.0
+STOP_TIMEOUT = 30.0
+# A joining node must hear from the seed within one ring delay or it fails with "Unable to contact
+# any seeds". 1 s was enough on an idle machine but failed three retries in a row on a loaded 2-core
+# CI runner; 5 s costs about 10 s per joining node and only multi-node rings pay it.
+RING_DELAY_MS = 5000
+AVAILABLE_PROCESSORS = 2
+SUPPORTED_JAVA = (11, 17)
+SEED_ADDRESS = "127.0.0.1"
+MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
+PID_FILE = "cassandra.pid"
+NODE_FILE = "node.json"
+CONSOLE_FILE = "console.log"
+LOG_TAIL_LINES = 40
+
+
+class CassandraError(RuntimeError):
+    """The local Cassandra could not be started, stopped or found.
+
+    ``str(error)`` is one line (what failed, where, what to do); ``detail`` holds what helps to
+    diagnose it (log tails), shown by the command line only when ``DEBUG=1``.
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def default_heap(nodes: int) -> str:
+    """512M for a lone node, less per node for a cluster on a small machine."""
+    return "512M" if nodes == 1 else "384M"
+
+
+def node_address(index: int) -> str:
+    if not 1 <= index <= 254:
+        raise ValueError(f"node index must be in 1..254, got {index}")
+    return f"127.0.0.{index}"
+
+
+def initial_token(index: int, nodes: int) -> int:
+    """Murmur3 token for node ``index`` of ``nodes`` (num_tokens 1): the middle of the node's
+    equal slice of the ring, so tokens are evenly spread, a lone node gets 0 and none is the
+    reserved minimum token."""
+    return -(2**63) + (2 * index - 1) * 2**64 // (2 * nodes)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything that differs between the nodes of a local cluster.
+
+    ``requested_port`` is the native port the caller asked for when the node runs on another one
+    because that port was taken (see ``endpoint.py``); None when it runs where it was asked to.
+    """
+
+    index: int
+    nodes: int
+    port: int
+    storage_port: int
+    base_dir: Path
+    cluster_name: str
+    requested_port: int | None = None
+
+    @property
+    def address(self) -> str:
+        return node_address(self.index)
+
+    @property
+    def token(self) -> int:
+        return initial_token(self.index, self.nodes)
+
+    @property
+    def node_dir(self) -> Path:
+        return self.base_dir / str(self.index)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.node_dir / "logs"
+
+    @property
+    def system_log(self) -> Path:
+        return self.log_dir / "system.log"
+
+    @property
+    def yaml_path(self) -> Path:
+        return self.node_dir / "cassandra.yaml"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.node_dir / PID_FILE
+
+    def record(self) -> dict[str, object]:
+        record: dict[str, object] = {
+            "index": self.index,
+            "nodes": self.nodes,
+            "port": self.port,
+            "storage_port": self.storage_port,
+            "cluster_name": self.cluster_name,
+        }
+        if self.requested_port is not None:
+            record["requested_port"] = self.requested_port
+        return record
+
+
+def render_yaml(node: NodeConfig, template: str | None = None) -> str:
+    """Fill conf/cassandra.yaml (or ``template``) for one node."""
+    text = template if template is not None else (CONF_DIR / "cassandra.yaml").read_text()
+    return Template(text).substitute(
+        cluster_name=node.cluster_name,
+        initial_token=node.token,
+        seeds=SEED_ADDRESS,
+        address=node.address,
+        storage_port=node.storage_port,
+        native_port=node.port,
+        node_dir=node.node_dir.as_posix(),
+    )
+
+
+def read_jvm_options(path: Path | None = None) -> list[str]:
+    """Flags from conf/jvm.options: one per line, blank lines and ``#`` comments skipped."""
+    text = (path or CONF_DIR / "jvm.options").read_text()
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def jvm_args(
+    node: NodeConfig,
+    heap: str,
+    lib_dir: Path = LIB_DIR,
+    conf_dir: Path = CONF_DIR,
+) -> list[str]:
+    """Arguments after ``java`` that start ``node``."""
+    jamm = sorted(lib_dir.glob("jamm-*.jar"))
+    if not jamm:
+        raise CassandraError(f"no jamm jar in {lib_dir}: run `make setup`")
+    props = {
+        "cassandra.config": node.yaml_path.resolve().as_uri(),
+        "cassandra.storagedir": node.node_dir,
+        "cassandra.logdir": node.log_dir,
+        "cassandra-foreground": "yes",
+        "logback.configurationFile": (conf_dir / "logback.xml").resolve().as_uri(),
+        "cassandra.skip_wait_for_gossip_to_settle": 0,
+        "cassandra.superuser_setup_delay_ms": 0,
+        "cassandra.ring_delay_ms": RING_DELAY_MS,
+        "cassandra.skip_sync": "true",
+        "cassandra.unsafesystem": "true",
+        "cassandra.available_processors": AVAILABLE_PROCESSORS,
+        "cassandra.initial_token": node.token,
+        "cassandra.native_transport_port": node.port,
+        "cassandra.storage_port": node.storage_port,
+        "jna.tmpdir": node.node_dir / "tmp",
+    }
+    return [
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        *read_jvm_options(conf_dir / "jvm.options"),
+        f"-javaagent:{jamm[-1]}",
+        *(f"-D{key}={value}" for key, value in props.items()),
+        "-cp",
+        f"{conf_dir}{os.pathsep}{lib_dir}/*",
+        MAIN_CLASS,
+    ]
