@@ -81,8 +81,9 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# SPARK_MASTER=spark://127.0.0.1:7077 runs it on the cluster of `make spark-up`.
 demo: setup
-	$(PY) jobs/demo.py --port $(CASSANDRA_PORT)
+	$(PY) jobs/demo.py --port $(CASSANDRA_PORT) $(if $(SPARK_MASTER),--master $(SPARK_MASTER))
 
 bench: setup
 	$(PY) -m bench.run --full

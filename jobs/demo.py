@@ -45,6 +45,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the producer query runs")
     ap.add_argument("--rows-per-second", type=int, default=500)
     ap.add_argument("--port", type=int, default=9042)
+    ap.add_argument(
+        "--master",
+        default=os.environ.get("SPARK_MASTER") or "local[2]",
+        help="Spark master, e.g. spark://127.0.0.1:7077 after `make spark-up` (default local[2])",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -74,7 +79,7 @@ def run(args) -> int:
         say(f"queue {QUEUE!r} created in keyspace 'cassieq' (bucket size 1000)")
 
         spark = (
-            SparkSession.builder.master("local[2]")
+            SparkSession.builder.master(args.master)
             .appName("cassieq-demo")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
@@ -84,6 +89,7 @@ def run(args) -> int:
         # Stopping a query mid-write makes Spark log the aborted task at ERROR: noise here.
         spark.sparkContext.setLogLevel("FATAL")
         register(spark)
+        say(f"Spark master: {spark.sparkContext.master}")
         work = tempfile.mkdtemp(prefix="cassieq-demo-")
 
         produced = (

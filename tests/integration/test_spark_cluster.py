@@ -340,3 +340,33 @@ def test_speculative_attempt_writes_each_row_once(
     assert set(delivered) == set(range(n)), f"lost: {sorted(set(range(n)) - set(delivered))[:20]}"
     dupes = {k: v for k, v in delivered.items() if v > 1}
     assert not dupes, f"written twice: {dupes}"
+
+
+def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options):
+    """`make demo SPARK_MASTER=...`: the main job, unchanged, with its executors on the workers
+    (this checkout's venv, as on one machine). Its own end-of-run check must say OK."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASSIEQ_")}
+    env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "demo.py"),
+            "--seconds",
+            "10",
+            "--rows-per-second",
+            "300",
+            "--port",
+            cassieq_options["port"],
+            "--master",
+            spark_cluster.master_url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBMIT_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"Spark master: {spark_cluster.master_url}" in done.stdout
+    assert "OK: every enqueued message was delivered and acked" in done.stdout
+    apps = (spark_cluster.status() or {}).get("completedapps", [])
+    assert any(app.get("name") == "cassieq-demo" for app in apps), apps
