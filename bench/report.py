@@ -234,6 +234,22 @@ def markdown(results: dict, plots: list[str]) -> str:
             "",
             f"Full top-30 text: `{results['stamp']}-sink-profile.txt`.",
         ]
+    scale = results["suites"].get("scale", {})
+    if scale.get("status") == "ok":
+        lines += [
+            "",
+            f"## Scale ({scale['rows']:,} messages; ratios to 1 worker x 1 node in this run)",
+            "",
+            "| workers x nodes | sink msg/s | ratio | source msg/s | ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for key, c in scale["configs"].items():
+            lines.append(
+                f"| {key} | {c['sink_msg_s']:,} | {c['sink_ratio']:.2f} | "
+                f"{c['source_msg_s']:,} | {c['source_ratio']:.2f} |"
+            )
+        if scale.get("ring"):
+            lines.append(f"\n{scale['ring']}")
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     lines.append(f"\nTotal run time: {results['total_seconds']} s.")

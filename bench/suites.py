@@ -233,6 +233,11 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
             runner.suite("flatness_client", lambda: flatness.run_client(cfg))
     finally:
         runner.stop()
+    if wanted("scale") and (only is not None or not cfg.quick):
+        from . import scale
+
+        # Its own Spark standalone cluster and 3-node ring: after the shared session stopped.
+        runner.suite("scale", lambda: scale.run(cfg), needs_spark=True)
     if connector_thread is not None:
         connector_thread.join(timeout=150)
     runner.results["machine"]["load_average_end"] = list(os.getloadavg())
