@@ -80,7 +80,7 @@ def _write_worker(t: Target, lo, hi, size, salt, ready, go, out, in_flight, batc
         go.wait()
         t0 = time.time()
         now = dt.datetime.now(dt.timezone.utc)
-        futures = deque()
+        futures: deque = deque()
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         rows = nbytes = 0
         cur_bucket = lo // t.bucket_size

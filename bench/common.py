@@ -173,12 +173,9 @@ def register_cassieq(spark) -> None:
     try:
         from cassieq_spark.spark import register
     except Exception as exc:  # ImportError, or a half-written module failing at import
-        try:
-            from cassieq_spark import register  # type: ignore[attr-defined]
-        except Exception:
-            raise SuiteUnavailable(
-                f"cassieq Spark data source not importable: {type(exc).__name__}: {exc}"
-            ) from exc
+        raise SuiteUnavailable(
+            f"cassieq Spark data source not importable: {type(exc).__name__}: {exc}"
+        ) from exc
     register(spark)
 
 

@@ -26,11 +26,26 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
 from cassieq_spark import QueueClient
+from cassieq_spark.engine.messages import Message
+
+T = TypeVar("T")
 
 KEYSPACE = "cassieq_bench"
 _CONDITION = re.compile(r"\bIF\s", re.IGNORECASE)
+
+
+def _some(value: T | None) -> T:
+    """A benchmark that got nothing did not do the work it reports: stop it."""
+    if value is None:
+        raise RuntimeError("the queue was empty before n messages were taken")
+    return value
+
+
+def _receipt(message: Message | None) -> str:
+    return _some(_some(message).pop_receipt)
 
 
 def _cql(statement) -> str:
@@ -112,7 +127,7 @@ def bench_cassieq(client: QueueClient, counter: CountingSession, n: int, batch: 
             "get",
             counter,
             n,
-            lambda: receipts.extend(client.get(queue).pop_receipt for _ in range(n)),
+            lambda: receipts.extend(_receipt(client.get(queue)) for _ in range(n)),
         )
     )
     out.append(_measure("ack", counter, n, lambda: [client.ack(queue, r) for r in receipts]))
@@ -197,7 +212,9 @@ def bench_reference(counter: CountingSession, keyspace: str, n: int) -> list[dic
     payload = b"x" * 100
     out = [_measure("put", counter, n, lambda: [ref.put(queue, payload) for _ in range(n)])]
     got: list[tuple[int, int]] = []
-    out.append(_measure("get", counter, n, lambda: got.extend(ref.get(queue) for _ in range(n))))
+    out.append(
+        _measure("get", counter, n, lambda: got.extend(_some(ref.get(queue)) for _ in range(n)))
+    )
     out.append(_measure("ack", counter, n, lambda: [ref.ack(queue, m, v) for m, v in got]))
     return out
 

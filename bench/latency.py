@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
+from typing import Any
 
 from .common import BenchConfig, client, percentile, register_cassieq, unique_queue
 
@@ -97,7 +98,11 @@ def measure(spark, cfg: BenchConfig, trigger_s: float) -> dict:
 
 def run(spark, cfg: BenchConfig, triggers: tuple[float, ...] = (1.0, 0.2)) -> dict:
     register_cassieq(spark)
-    out = {"rate_per_s": cfg.latency_rate, "seconds": cfg.latency_seconds, "triggers": {}}
+    out: dict[str, Any] = {
+        "rate_per_s": cfg.latency_rate,
+        "seconds": cfg.latency_seconds,
+        "triggers": {},
+    }
     for t in triggers:
         r = measure(spark, cfg, t)
         log.info(

@@ -128,11 +128,8 @@ def _spark_ready() -> str | None:
     """None when the cassieq Spark data source imports; otherwise why not."""
     try:
         from cassieq_spark.spark import register  # noqa: F401
-    except Exception as exc:
-        try:
-            from cassieq_spark import register  # type: ignore[attr-defined]  # noqa: F401
-        except Exception:
-            return f"cassieq Spark data source not importable: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # ImportError, or a half-written module failing at import
+        return f"cassieq Spark data source not importable: {type(exc).__name__}: {exc}"
     return None
 
 

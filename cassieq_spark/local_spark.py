@@ -36,6 +36,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from cassieq_spark.errors import CassieQError
 
@@ -177,7 +178,7 @@ class LocalSpark:
         return [self.master(), *(self.worker(i) for i in recorded)]
 
     # --- state ---------------------------------------------------------------------------------
-    def status(self) -> dict[str, object] | None:
+    def status(self) -> dict[str, Any] | None:
         """The master's JSON status page, or None while the master does not answer."""
         try:
             with urllib.request.urlopen(self.status_url, timeout=2) as reply:

@@ -99,6 +99,8 @@ def complete(conn: Connection, counters: Counters, queue: QueueInfo, message_id:
             counters.add(queue, "dropped", 1)
         return
     try:
+        if queue.dead_letter_queue is None:  # the setting was removed after the message moved
+            raise QueueNotFoundError(queue.name)
         dlq = queues.get_queue(conn, queue.dead_letter_queue)
     except QueueNotFoundError:
         if _finish(conn, queue, message_id, row, MOVED_DLQ_MISSING, now):

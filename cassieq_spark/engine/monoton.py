@@ -124,7 +124,7 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
             (hi, queue.queue_id, lo, queue.queue_id, lo, hi, owner, OPEN_TTL),
             read="SELECT next, owner FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
             read_params=(queue.queue_id, lo),
-            applied=lambda row, owner=owner: row is not None and row.owner == owner,
+            applied=lambda row: row is not None and row.owner == owner,
         )
         if res.was_applied:
             if attempt == 0 and not res.resolved:

@@ -55,6 +55,7 @@ def _enqueue_block(
         except Exception:
             _roll_back(conn, queue, placed)
             raise
+        assert placed.ids is not None  # given above: place() fills it
         for at, mid in zip(todo, placed.ids, strict=True):
             ids[at] = mid
         if not placed.blocks:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ContentionError
 from . import clock, monoton
@@ -42,7 +44,12 @@ class Block:
     own: bool
 
 
-def key_names(conn: Connection, queue: QueueInfo, key: str, lo: int) -> bool:
+def _skipped_at(stamp: dt.datetime) -> Callable[[Any], bool]:
+    """The settle predicate of a skipped-row write: the row now carries our stamp."""
+    return lambda row: row is not None and row.skipped_at == stamp
+
+
+def key_names(conn: Connection, queue: QueueInfo, key: str | None, lo: int) -> bool:
     row = conn.execute(
         "SELECT lo FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
         (queue.queue_id, key),
@@ -104,7 +111,7 @@ def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reserv
             (queue.queue_id, res.lo, res.hi, stamp),
             read=read,
             read_params=(queue.queue_id, res.lo),
-            applied=lambda row, stamp=stamp: row is not None and row.skipped_at == stamp,
+            applied=_skipped_at(stamp),
         )
         if ins.was_applied:
             return True
@@ -115,7 +122,7 @@ def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reserv
             (stamp, queue.queue_id, res.lo),
             read=read,
             read_params=(queue.queue_id, res.lo),
-            applied=lambda row, stamp=stamp: row is not None and row.skipped_at == stamp,
+            applied=_skipped_at(stamp),
         )
         if upd.was_applied:
             return True

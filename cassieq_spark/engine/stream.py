@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from ..errors import QueueNotFoundError
 from . import monoton, pointers, queues, timers
@@ -228,7 +229,7 @@ class StreamConsumer:
     def excluded(self, lo: int, hi: int) -> list[tuple[int, int]]:
         return skipped_overlapping(self.conn, self.queue, lo, hi)
 
-    def _timer_rows(self, below: int, from_slot: int, to_slot: int) -> Iterator[tuple[object, int]]:
+    def _timer_rows(self, below: int, from_slot: int, to_slot: int) -> Iterator[tuple[Any, int]]:
         """(state row, slot) of ids below ``below`` with a timer in ``[from_slot, to_slot]``,
         except those known to be finished."""
         if to_slot < from_slot:
@@ -318,7 +319,7 @@ class StreamConsumer:
             for bucket, blo, bhi in split_by_bucket(glo, ghi, self.queue.bucket_size):
                 key = (self.queue.queue_id, bucket, blo, bhi)
                 total = self.conn.execute_async(_COUNT, key)
-                special: dict[int, object] = {}
+                special: dict[int, Any] = {}  # driver rows
                 for cond, extra in _NOT_PLAIN:
                     for row in self.conn.execute(_SPECIAL % cond, (*key, *extra)):
                         special[row.id] = row

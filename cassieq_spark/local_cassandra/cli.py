@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["down"].add_argument(
         "--all", action="store_true", help="every node directory under .cassandra/"
     )
-    sub.choices["down"].help = "stop the nodes recorded in pid files"
+    sub.choices["down"].description = "stop the nodes recorded in pid files"
     return parser
 
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -140,7 +141,7 @@ class LocalCassandra:
         """Start every node that is not running, one after another, and wait for CQL on each."""
         return [
             start_joining(
-                lambda i=i: self.start_node(i), self.node(i), lambda i=i: self.is_node_running(i)
+                partial(self.start_node, i), self.node(i), partial(self.is_node_running, i)
             )
             for i in range(1, self.nodes + 1)
         ]

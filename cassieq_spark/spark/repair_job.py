@@ -208,7 +208,7 @@ def repair_queue_distributed(
     todo = buckets_to_check(queue, ptrs, settings.max_buckets)
     checks: dict[int, bool] = {}
     wave = slots * WAVE_PER_SLOT
-    task = _bucket_task(config, queue, ptrs.reader, open_ranges)
+    bucket_task = _bucket_task(config, queue, ptrs.reader, open_ranges)
     for start in range(todo.start, todo.stop, wave):
         batch = list(range(start, min(todo.stop, start + wave)))
         rdd = sc.parallelize(batch, min(len(batch), slots * 2))
@@ -216,7 +216,7 @@ def repair_queue_distributed(
             f"{queue.name}: checking buckets {batch[0]}..{batch[-1]} of {todo.start}..{todo.stop - 1}",
             f"repair-buckets-{queue.queue_id}",
         ):
-            checks.update(rdd.mapPartitions(task).collect())
+            checks.update(rdd.mapPartitions(bucket_task).collect())
         if not all(checks[b] for b in batch):
             break  # the pointer cannot pass this wave: later buckets can wait for the next pass
     finish_pass(conn, queue, ptrs, checks, report)
