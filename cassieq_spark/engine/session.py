@@ -28,6 +28,7 @@ from cassandra.cluster import (
     ExecutionProfile,
     NoHostAvailable,
     Session,
+    UnresolvableContactPoints,
 )
 from cassandra.connection import ConnectionException
 from cassandra.policies import (
@@ -155,16 +156,22 @@ class Connection:
             if config.username is not None
             else None
         )
-        self.cluster = Cluster(
-            contact_points=list(config.contact_points),
-            port=config.port,
-            auth_provider=auth,
-            ssl_context=config.ssl_context(),
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
-            connect_timeout=config.connect_timeout,
-            # v4 avoids v5's per-frame checksums, partly computed in pure Python.
-            protocol_version=4,
-        )
+        try:
+            self.cluster = Cluster(
+                contact_points=list(config.contact_points),
+                port=config.port,
+                auth_provider=auth,
+                ssl_context=config.ssl_context(),
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
+                connect_timeout=config.connect_timeout,
+                # v4 avoids v5's per-frame checksums, partly computed in pure Python.
+                protocol_version=4,
+            )
+        except UnresolvableContactPoints:
+            raise ConnectionFailedError(
+                f"cannot resolve any of the contactPoints {', '.join(config.contact_points)} "
+                "(DNS lookup failed); check the host names, or give IP addresses"
+            ) from None
         try:
             self.session: Session = self.cluster.connect()
         except AuthenticationFailed as exc:
