@@ -73,7 +73,8 @@ class ConnectionConfig:
         for host in self.contact_points:
             if not isinstance(host, str) or not host or any(c.isspace() for c in host):
                 raise ConfigError(f"contactPoints has an invalid host {host!r}")
-        validate.port(self.port)
+        # frozen: a numeric string ('9042') is stored as the int the driver needs
+        object.__setattr__(self, "port", validate.port(self.port))
         validate.keyspace_name(self.keyspace)
         for name, value in (
             ("consistency", self.consistency),

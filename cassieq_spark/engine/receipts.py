@@ -34,13 +34,15 @@ class PopReceipt:
     @classmethod
     def decode(cls, text: str) -> PopReceipt:
         bad = InvalidReceiptError(
-            f"{str(text)[:80]!r} is not a pop receipt; use the one get() returned"
+            f"{repr(text)[:80]} is not a pop receipt; use the one get() returned"
         )
         if not isinstance(text, str) or not text.startswith(_PREFIX):
             raise bad
         body = text[len(_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            # validate: characters outside the alphabet (a pasted newline) are refused,
+            # not skipped
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
         except (ValueError, TypeError):
             raise bad from None
         if len(raw) != 28:
@@ -58,7 +60,7 @@ class PopReceipt:
     def check_queue(self, queue_id: uuid.UUID, queue_name: str, text: str) -> None:
         if self.queue_id != queue_id:
             raise InvalidReceiptError(
-                f"{text[:80]!r} is not a receipt of queue {queue_name!r}: it was issued by "
+                f"{repr(text)[:80]} is not a receipt of queue {queue_name!r}: it was issued by "
                 "another queue (or by an earlier queue of this name, deleted since); ack it on "
                 "the queue its message came from"
             )
