@@ -234,8 +234,9 @@ def current_version(session: Session, keyspace: str) -> int:
 
 def bootstrap(session: Session, keyspace: str) -> int:
     """Apply every migration newer than the recorded version. Idempotent. Returns the version."""
-    if session.cluster.metadata.keyspaces.get(keyspace) is None:
-        session.cluster.refresh_schema_metadata()
+    # Fresh metadata: tables an earlier (failed) bootstrap or another client created may not
+    # have reached this session's view yet; bootstrap is rare enough to pay for it.
+    session.cluster.refresh_schema_metadata()
     if session.cluster.metadata.keyspaces.get(keyspace) is None:
         raise SchemaNotBootstrappedError(
             f"keyspace {keyspace!r} does not exist; create it first, or bootstrap with "
@@ -259,6 +260,8 @@ def bootstrap(session: Session, keyspace: str) -> int:
         )
         log.info("schema of keyspace %s migrated to version %d", keyspace, version)
     session.cluster.control_connection.wait_for_schema_agreement()
+    if have < SCHEMA_VERSION:
+        session.cluster.refresh_schema_metadata()
     return max(have, SCHEMA_VERSION)
 
 
