@@ -121,6 +121,11 @@ class QueueClient:
         ``replication_factor`` (with ``create_keyspace``): of a new keyspace (default 1),
         refused before anything is created if the live nodes cannot serve it; for an existing
         keyspace, an error if it has another one (bootstrap never changes replication)."""
+        if replication_factor is not None and not create_keyspace:
+            raise ConfigError(
+                "a replication factor only applies when bootstrap creates the keyspace; add "
+                "create_keyspace=True (--create-keyspace), or leave it out"
+            )
         if create_keyspace:
             schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
         version = schema.bootstrap(self.conn.session, self.config.keyspace)
@@ -204,6 +209,11 @@ class QueueClient:
         headers: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
+        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+            raise ConfigError(
+                f"put_many takes an iterable of payloads, got one {type(payloads).__name__}; "
+                "use put() for a single message, or wrap it in a list"
+            )
         info = self._queue(queue)
         d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)

@@ -157,7 +157,12 @@ def _parse_hosts(value: str) -> tuple[list[str], int | None]:
             continue
         if part.count(":") == 1:
             host, _, p = part.partition(":")
-            port = _parse_int("contactPoints", p)
+            if not p.strip().isdigit():
+                raise ConfigError(
+                    f"option 'contactPoints' has {part!r}: the port after ':' must be an "
+                    f"integer, got {p!r}"
+                )
+            port = int(p)
             part = host
         hosts.append(part)
     if not hosts:

@@ -180,8 +180,16 @@ class Connection:
                 f"Cassandra at {config.describe()} rejected the credentials; check username/password"
             ) from exc
         except NoHostAvailable as exc:
+            dcs = sorted({h.datacenter for h in self.cluster.metadata.all_hosts() if h.datacenter})
             self.cluster.shutdown()
-            if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+            errors = exc.errors if isinstance(exc.errors, dict) else {}
+            if config.local_dc and dcs and config.local_dc not in dcs:
+                # The driver then reports its contact points as a list, naming nothing.
+                raise ConnectionFailedError(
+                    f"localDc {config.local_dc!r} is not a data center of the cluster at "
+                    f"{config.describe()}; its data centers: {', '.join(dcs)}"
+                ) from exc
+            if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
                 raise ConnectionFailedError(
                     f"Cassandra at {config.describe()} rejected the credentials; check username/password"
                 ) from exc
@@ -296,7 +304,8 @@ class Connection:
 
 
 def _first_error(exc: NoHostAvailable) -> str:
-    for host, err in (exc.errors or {}).items():
+    errors = exc.errors if isinstance(exc.errors, dict) else {}
+    for host, err in errors.items():
         return f"{host}: {err}"
     return str(exc)
 

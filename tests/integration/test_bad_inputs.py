@@ -171,6 +171,9 @@ CLI = [
     ("C96x", "--keyspace 1ks stats {p}q1", 2, r"keyspace '1ks' is not valid"),
     ("C97x", "change-visibility {p}q2 {held_receipt} 43201", 2, r"timeout must be at most 43200 seconds"),
     ("C98x", "put {p}q1 hello --delay 1e309", 2, r"delay must be a finite number of seconds >= 0, got inf"),
+    ("C100x", "bootstrap --replication-factor 3", 2, r"a replication factor only applies when bootstrap creates the keyspace"),
+    ("C101x", "--contact-points 127.0.0.1:abc stats {p}q1", 2, r"option 'contactPoints' has '127.0.0.1:abc': the port after ':' must be an integer, got 'abc'"),
+    ("C102x", "--local-dc nodc stats {p}q1", 1, r"localDc 'nodc' is not a data center of the cluster at .*; its data centers: \\w"),
     ("C99x", ["ack", "{p}q2", "r1" + "A" * 37 + "\n"], 2, NOT_A_RECEIPT),
 ]
 # fmt: on
@@ -351,6 +354,8 @@ PY = [
     ("P70x", lambda q, w: _connect(contact_points=["127.0.0.1"], keyspace=KS, consistency=1), ConfigError, r"consistency must be a level name like LOCAL_QUORUM, got 1"),
     ("P71x", lambda q, w: q.repair(Q, repair_timeout=True), ConfigError, r"repair timeout must be a number of seconds, got True"),
     ("P72x", lambda q, w: q.create_queue(P + "b", message_ttl=630720001), ConfigError, r"from 1 to 630720000"),
+    ("P74x", lambda q, w: q.put_many(Q, b"abc"), ConfigError, r"put_many takes an iterable of payloads, got one bytes; use put\(\)"),
+    ("P75x", lambda q, w: q.bootstrap(replication_factor=3), ConfigError, r"a replication factor only applies when bootstrap creates the keyspace"),
     ("P73x", lambda q, w: q.put(Q, b"x", delay="1e400"), ConfigError, r"delay must be a finite number of seconds >= 0, got '1e400'"),
 ]
 # fmt: on
