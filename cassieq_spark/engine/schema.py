@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from cassandra import Unavailable
+from cassandra import InvalidRequest, Unavailable
 from cassandra.cluster import NoHostAvailable, Session
 
 from .. import validate
@@ -223,27 +223,30 @@ def check_servable(session: Session, keyspace: str) -> None:
 
 def current_version(session: Session, keyspace: str) -> int:
     """The recorded schema version, or 0 when the tables are not there."""
-    ks = session.cluster.metadata.keyspaces.get(keyspace)
-    if ks is None or "schema_version" not in ks.tables:
+    # Asked of the cluster, not of this session's metadata, which can lag behind tables that
+    # another session (or an earlier, failed bootstrap) created.
+    try:
+        row = session.execute(
+            f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
+        ).one()
+    except InvalidRequest:  # no such keyspace or table
         return 0
-    row = session.execute(
-        f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
-    ).one()
     return row.version if row else 0
 
 
 def bootstrap(session: Session, keyspace: str) -> int:
     """Apply every migration newer than the recorded version. Idempotent. Returns the version."""
-    # Fresh metadata: tables an earlier (failed) bootstrap or another client created may not
-    # have reached this session's view yet; bootstrap is rare enough to pay for it.
-    session.cluster.refresh_schema_metadata()
+    if session.cluster.metadata.keyspaces.get(keyspace) is None:
+        session.cluster.refresh_schema_metadata()
     if session.cluster.metadata.keyspaces.get(keyspace) is None:
         raise SchemaNotBootstrappedError(
             f"keyspace {keyspace!r} does not exist; create it first, or bootstrap with "
             "create_keyspace=True (`cassieq bootstrap --create-keyspace`)"
         )
-    check_servable(session, keyspace)
-    have = current_version(session, keyspace)
+    have = _version(session, keyspace)
+    if have < SCHEMA_VERSION:
+        # Writes ahead: refuse them with advice rather than half-apply them (C87).
+        check_servable(session, keyspace)
     if have == 0 and "queues" in session.cluster.metadata.keyspaces[keyspace].tables:
         # An earlier bootstrap created tables but never recorded a version (it failed in
         # between): every migration is idempotent, so running them all completes it.
@@ -261,17 +264,24 @@ def bootstrap(session: Session, keyspace: str) -> int:
         log.info("schema of keyspace %s migrated to version %d", keyspace, version)
     session.cluster.control_connection.wait_for_schema_agreement()
     if have < SCHEMA_VERSION:
+        # Tables created here, or before by a failed bootstrap in another session, may not
+        # have reached this session's view: later version checks read it.
         session.cluster.refresh_schema_metadata()
     return max(have, SCHEMA_VERSION)
 
 
-def require_schema(session: Session, keyspace: str) -> None:
+def _version(session: Session, keyspace: str) -> int:
+    """:func:`current_version`; a keyspace the cluster cannot serve is explained, not a
+    driver's NoHostAvailable."""
     try:
-        version = current_version(session, keyspace)
+        return current_version(session, keyspace)
     except (NoHostAvailable, Unavailable):
         check_servable(session, keyspace)
         raise
-    if version < SCHEMA_VERSION:
+
+
+def require_schema(session: Session, keyspace: str) -> None:
+    if _version(session, keyspace) < SCHEMA_VERSION:
         raise SchemaNotBootstrappedError(
             f"the cassieq schema is not bootstrapped in keyspace {keyspace!r}; run "
             "`cassieq bootstrap` (or QueueClient.bootstrap()) first"

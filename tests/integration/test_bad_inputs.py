@@ -173,7 +173,7 @@ CLI = [
     ("C98x", "put {p}q1 hello --delay 1e309", 2, r"delay must be a finite number of seconds >= 0, got inf"),
     ("C100x", "bootstrap --replication-factor 3", 2, r"a replication factor only applies when bootstrap creates the keyspace"),
     ("C101x", "--contact-points 127.0.0.1:abc stats {p}q1", 2, r"option 'contactPoints' has '127.0.0.1:abc': the port after ':' must be an integer, got 'abc'"),
-    ("C102x", "--local-dc nodc stats {p}q1", 1, r"localDc 'nodc' is not a data center of the cluster at .*; its data centers: \\w"),
+    ("C102x", "--local-dc nodc stats {p}q1", 1, r"localDc 'nodc' is not a data center of the cluster at .*; its data centers: \w"),
     ("C99x", ["ack", "{p}q2", "r1" + "A" * 37 + "\n"], 2, NOT_A_RECEIPT),
 ]
 # fmt: on
