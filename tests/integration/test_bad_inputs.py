@@ -25,8 +25,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cassandra.query import BatchStatement
 
 from cassieq_spark import QueueClient, cli
+from cassieq_spark.engine.messages import BATCH_MAX_BYTES, Pipeline, _map_bytes, write_messages
 from cassieq_spark.engine.receipts import PopReceipt
 from cassieq_spark.errors import (
     CassieQError,
@@ -435,3 +437,32 @@ def test_repair_job_bad_input_is_a_clear_error(
     assert re.search(pattern.format(p=re.escape(P)), last), err
     if "usage:" not in err:
         assert last.startswith("repair: error:") and err.count("\n") == 1, err
+
+
+class _RecordingPipeline(Pipeline):
+    """The real pipeline, noting the header bytes of each batch it sends."""
+
+    def __init__(self, conn):
+        super().__init__(conn)
+        self.batch_header_bytes: list[int] = []
+
+    def submit(self, statement, params=None) -> None:
+        if isinstance(statement, BatchStatement):
+            # each entry: (is_prepared, statement or id, values); headers are value 4
+            self.batch_header_bytes.append(
+                sum(len(v[4]) for _, _, v in statement._statements_and_parameters if v[4])
+            )
+        super().submit(statement, params)
+
+
+def test_batches_are_sized_by_payload_plus_headers(queue_client, world):
+    """P10/S22: batches were sized by payload only, so rows each accepted alone made a batch
+    above the frame limit. Small payloads with large headers: every batch stays near the
+    batch budget (the old code put all 40 rows, 800 KiB of headers, in one batch)."""
+    info = queue_client.get_queue(Q)
+    pipe = _RecordingPipeline(queue_client.conn)
+    headers = {"big": "h" * (20 * 1024)}
+    write_messages(queue_client.conn, info, 10**9, [b"x"] * 40, [headers] * 40, pipeline=pipe)
+    pipe.drain()
+    assert len(pipe.batch_header_bytes) >= 20
+    assert max(pipe.batch_header_bytes) <= BATCH_MAX_BYTES + len(_map_bytes(headers))
