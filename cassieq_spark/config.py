@@ -68,6 +68,8 @@ class ConnectionConfig:
                 "contactPoints must be a list of hosts, e.g. ['127.0.0.1'], got "
                 f"{self.contact_points!r}"
             )
+        # a tuple, for cache_key(): connections are shared per settings
+        object.__setattr__(self, "contact_points", tuple(self.contact_points))
         if not self.contact_points:
             raise ConfigError("contactPoints must name at least one host, e.g. 127.0.0.1")
         for host in self.contact_points:
