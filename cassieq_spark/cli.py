@@ -13,7 +13,18 @@ from collections.abc import Sequence
 
 from .client import QueueClient
 from .config import add_connection_flags, connection_from_options, options_from_flags
-from .errors import QueueNotFoundError, StaleReceiptError, one_line
+from .engine.buckets import MAX_BUCKET_SIZE
+from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .validate import (
+    MAX_DELAY_SECONDS,
+    MAX_DELIVERY_COUNT,
+    MAX_HEADERS_BYTES,
+    MAX_HEADERS_COUNT,
+    MAX_MESSAGE_TTL_SECONDS,
+    MAX_REPAIR_TIMEOUT_SECONDS,
+    MAX_REPLICATION_FACTOR,
+    MAX_VISIBILITY_SECONDS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +38,21 @@ EXIT_STALE = 5  # `ack`/`change-visibility` with a receipt that no longer owns i
 EPILOG = f"""\
 exit statuses:
   {EXIT_OK}  success
-  {EXIT_ERROR}  error (connection, schema not bootstrapped, bad value, ...); one line on stderr
-  {EXIT_USAGE}  bad command line
+  {EXIT_ERROR}  error (connection, schema not bootstrapped, ...); one line on stderr
+  {EXIT_USAGE}  bad command line or value (out of the limits below, not a receipt, ...)
   {EXIT_EMPTY}  get: the queue has no visible message (nothing is printed on stdout)
   {EXIT_NOT_FOUND}  the queue does not exist
   {EXIT_STALE}  ack/change-visibility: the receipt is stale (acked or redelivered since)
+
+limits (the same in the Python client, the Spark options and the repair job):
+  queue names   1-200 of letters, digits, '_', '-', '.', starting with a letter or digit
+  keyspace      1-48 of letters, digits, '_', starting with a letter
+  --delay       0 to {MAX_DELAY_SECONDS:g} s (12 h)     --visibility-timeout  > 0 to {MAX_VISIBILITY_SECONDS:g} s (12 h)
+  --repair-timeout  > 0 to {MAX_REPAIR_TIMEOUT_SECONDS:g} s (24 h)   --message-ttl  1 to {MAX_MESSAGE_TTL_SECONDS} s (20 years)
+  --max-delivery-count  1 to {MAX_DELIVERY_COUNT}        --bucket-size  1 to {MAX_BUCKET_SIZE}
+  payload       up to the queue's max_payload_bytes (default 1 MiB, at most 15 MiB)
+  headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (Python client, Spark sink)
+  --replication-factor  1 to {MAX_REPLICATION_FACTOR}, and no more than the cluster's nodes can serve
 
 connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
 CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD, CASSIEQ_SSL, CASSIEQ_CONSISTENCY.
@@ -64,7 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bootstrap", help="create or migrate the schema (idempotent)")
     s.add_argument("--create-keyspace", action="store_true")
-    s.add_argument("--replication-factor", type=int, default=1, metavar="N")
+    s.add_argument(
+        "--replication-factor",
+        type=int,
+        default=None,
+        metavar="N",
+        help="of a new keyspace (default 1); an existing keyspace with another is an error",
+    )
 
     s = sub.add_parser("create-queue", help="create a queue")
     s.add_argument("name")
@@ -187,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = EXIT_ERROR
         if isinstance(exc, QueueNotFoundError):
             status = EXIT_NOT_FOUND
+        elif isinstance(exc, ConfigError):  # a receipt that is not one too: not "stale"
+            status = EXIT_USAGE
         elif isinstance(exc, StaleReceiptError):
             status = EXIT_STALE
         print(f"cassieq: error: {one_line(exc)}", file=sys.stderr)

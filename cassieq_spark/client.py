@@ -22,6 +22,7 @@ from .config import (
     check_cluster,
     connection_from_options,
     delay_seconds,
+    repair_timeout_seconds,
     visibility_seconds,
 )
 from .engine import clock, monoton, queues, schema
@@ -78,8 +79,10 @@ class QueueClient:
     ) -> QueueClient:
         if isinstance(contact_points, str):
             contact_points = [h.strip() for h in contact_points.split(",") if h.strip()]
+        if isinstance(contact_points, (list, tuple)):
+            contact_points = tuple(contact_points)
         config = ConnectionConfig(
-            contact_points=tuple(contact_points),
+            contact_points=contact_points,  # type: ignore[arg-type]  # checked there
             port=port,
             keyspace=keyspace,
             local_dc=local_dc,
@@ -94,8 +97,9 @@ class QueueClient:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> QueueClient:
-        """From Spark-style options: ``contactPoints``, ``port``, ``keyspace``, ``localDc``, ..."""
-        return cls(connection_from_options(options))
+        """From Spark-style options: ``contactPoints``, ``port``, ``keyspace``, ``localDc``, ...;
+        any other name is an error (a typo would otherwise be ignored)."""
+        return cls(connection_from_options(options, known_only=True))
 
     def close(self) -> None:
         if self._own:
@@ -109,8 +113,19 @@ class QueueClient:
 
     # -- schema and queues ----------------------------------------------------------------------
 
-    def bootstrap(self, create_keyspace: bool = False, replication_factor: int = 1) -> int:
-        """Create or migrate the schema. Idempotent. Returns the schema version."""
+    def bootstrap(
+        self, create_keyspace: bool = False, replication_factor: int | None = None
+    ) -> int:
+        """Create or migrate the schema. Idempotent. Returns the schema version.
+
+        ``replication_factor`` (with ``create_keyspace``): of a new keyspace (default 1),
+        refused before anything is created if the live nodes cannot serve it; for an existing
+        keyspace, an error if it has another one (bootstrap never changes replication)."""
+        if replication_factor is not None and not create_keyspace:
+            raise ConfigError(
+                "a replication factor only applies when bootstrap creates the keyspace; add "
+                "create_keyspace=True (--create-keyspace), or leave it out"
+            )
         if create_keyspace:
             schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
         version = schema.bootstrap(self.conn.session, self.config.keyspace)
@@ -194,6 +209,11 @@ class QueueClient:
         headers: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
+        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+            raise ConfigError(
+                f"put_many takes an iterable of payloads, got one {type(payloads).__name__}; "
+                "use put() for a single message, or wrap it in a list"
+            )
         info = self._queue(queue)
         d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)
@@ -236,7 +256,7 @@ class QueueClient:
 
     def peek(self, queue: str, limit: int = 10) -> list[Message]:
         """Up to ``limit`` messages that a get could return now. Changes nothing."""
-        if not isinstance(limit, int) or limit < 1:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ConfigError(f"limit must be a positive integer, got {limit!r}")
         info = self._queue(queue)
         from .engine import pointers
@@ -273,6 +293,8 @@ class QueueClient:
         self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
     ) -> RepairReport:
         """One repair pass in this process (the Spark job `jobs/repair.py` does the same, spread)."""
+        if repair_timeout is not None:
+            repair_timeout = repair_timeout_seconds(repair_timeout)
         return repair_queue(
             self.conn,
             self.counters,

@@ -8,42 +8,36 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
 from cassandra import ConsistencyLevel
 
+from . import validate
 from .errors import ConfigError
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
-KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+# Limits and checks live in validate.py; re-exported here for the modules that import them
+# from config.
+from .validate import (  # noqa: E402, F401
+    KEYSPACE_RE,
+    MAX_DELAY_SECONDS,
+    MAX_MESSAGE_TTL_SECONDS,
+    MAX_REPAIR_TIMEOUT_SECONDS,
+    MAX_VISIBILITY_SECONDS,
+    QUEUE_NAME_RE,
+    delay_seconds,
+    repair_timeout_seconds,
+    seconds,
+    visibility_seconds,
+)
+from .validate import queue_name as validate_queue_name  # noqa: E402, F401
+
 # Every "a closed block's rows are visible to the next reader" and "a plain row below the reader
 # was consumed" argument needs reads and writes that overlap (R + W > RF): a quorum at least.
 CONSISTENCY_LEVELS = ("LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
 BELOW_QUORUM = ("ANY", "ONE", "TWO", "THREE", "LOCAL_ONE")
 SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
-
-# Upper bounds of the durations that become timers. A timer outlives its due time by the
-# timers table's retention (14 days, see engine/timers.py), so these only keep values sane and
-# tested; the same limits as SQS's visibility timeout, for delays too.
-MAX_DELAY_SECONDS = 12 * 3600.0
-MAX_VISIBILITY_SECONDS = 12 * 3600.0
-# An open reservation row lives 14 days (engine/monoton.OPEN_TTL): readers must see it as
-# abandoned long before it expires, or they would take it for closed.
-MAX_REPAIR_TIMEOUT_SECONDS = 24 * 3600.0
-# Cassandra refuses TTLs above 20 years.
-MAX_MESSAGE_TTL_SECONDS = 20 * 365 * 24 * 3600
-
-
-def validate_queue_name(name: object, what: str = "queue name") -> str:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
-        raise ConfigError(
-            f"invalid {what} {name!r}: use 1-200 characters from letters, digits, '_', '-', '.', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
 @dataclass(frozen=True)
@@ -67,17 +61,29 @@ class ConnectionConfig:
     request_timeout: float = 20.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.contact_points, str) or not isinstance(
+            self.contact_points, (tuple, list)
+        ):
+            raise ConfigError(
+                "contactPoints must be a list of hosts, e.g. ['127.0.0.1'], got "
+                f"{self.contact_points!r}"
+            )
+        # a tuple, for cache_key(): connections are shared per settings
+        object.__setattr__(self, "contact_points", tuple(self.contact_points))
         if not self.contact_points:
             raise ConfigError("contactPoints must name at least one host, e.g. 127.0.0.1")
         for host in self.contact_points:
-            if not host or any(c.isspace() for c in host):
+            if not isinstance(host, str) or not host or any(c.isspace() for c in host):
                 raise ConfigError(f"contactPoints has an invalid host {host!r}")
-        if not 0 < self.port < 65536:
-            raise ConfigError(f"port must be from 1 to 65535, got {self.port}")
-        if not KEYSPACE_RE.match(self.keyspace or ""):
-            raise ConfigError(
-                f"keyspace {self.keyspace!r} is not valid: letters, digits and '_', starting with a letter"
-            )
+        # frozen: a numeric string ('9042') is stored as the int the driver needs
+        object.__setattr__(self, "port", validate.port(self.port))
+        validate.keyspace_name(self.keyspace)
+        for name, value in (
+            ("consistency", self.consistency),
+            ("serialConsistency", self.serial_consistency),
+        ):
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be a level name like LOCAL_QUORUM, got {value!r}")
         level = self.consistency.upper()
         if level in BELOW_QUORUM:
             raise ConfigError(
@@ -93,6 +99,11 @@ class ConnectionConfig:
             raise ConfigError(
                 f"serialConsistency must be one of {', '.join(SERIAL_LEVELS)}, got {self.serial_consistency!r}"
             )
+        for name, value in (
+            ("connectTimeout", self.connect_timeout),
+            ("requestTimeout", self.request_timeout),
+        ):
+            validate.seconds(value, name, 3600.0, positive=True)
         if (self.username is None) != (self.password is None):
             raise ConfigError("username and password go together: give both or neither")
 
@@ -129,29 +140,15 @@ class ConnectionConfig:
 
 # Spark option name (lower-cased) -> (ConnectionConfig field, parser)
 def _parse_bool(name: str, value: str) -> bool:
-    v = str(value).strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"option {name!r} must be true or false, got {value!r}")
+    return validate.boolean(value, name)
 
 
 def _parse_int(name: str, value: str) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise ConfigError(f"option {name!r} must be an integer, got {value!r}") from None
+    return validate.int_option(value, name)
 
 
 def _parse_float(name: str, value: str) -> float:
-    try:
-        out = float(str(value).strip())
-    except ValueError:
-        raise ConfigError(f"option {name!r} must be a number, got {value!r}") from None
-    if out != out or out in (float("inf"), float("-inf")):
-        raise ConfigError(f"option {name!r} must be a finite number, got {value!r}")
-    return out
+    return validate.float_option(value, name)
 
 
 def _parse_hosts(value: str) -> tuple[list[str], int | None]:
@@ -162,7 +159,12 @@ def _parse_hosts(value: str) -> tuple[list[str], int | None]:
             continue
         if part.count(":") == 1:
             host, _, p = part.partition(":")
-            port = _parse_int("contactPoints", p)
+            if not p.strip().isdigit():
+                raise ConfigError(
+                    f"option 'contactPoints' has {part!r}: the port after ':' must be an "
+                    f"integer, got {p!r}"
+                )
+            port = int(p)
             part = host
         hosts.append(part)
     if not hosts:
@@ -189,9 +191,14 @@ CONNECTION_OPTIONS = {
 }
 
 
-def connection_from_options(options: Mapping[str, str]) -> ConnectionConfig:
-    """Build a ConnectionConfig from Spark-style options (keys case-insensitive, values strings)."""
+def connection_from_options(
+    options: Mapping[str, str], known_only: bool = False
+) -> ConnectionConfig:
+    """Build a ConnectionConfig from Spark-style options (keys case-insensitive, values
+    strings); ``known_only``: any other option name is an error (a typo, e.g. ``consistensy``)."""
     o = {str(k).lower(): v for k, v in options.items() if v is not None}
+    if known_only:
+        validate.known_options(o, CONNECTION_OPTIONS, "connection")
     kw: dict = {}
     if "contactpoints" in o:
         hosts, port = _parse_hosts(o["contactpoints"])
@@ -280,45 +287,6 @@ def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
         if value is not None:
             opts[name] = value
     return opts
-
-
-def seconds(value: object, what: str, maximum: float | None = None) -> float:
-    """A finite, non-negative number of seconds (at most ``maximum``), or a ConfigError naming
-    ``what``."""
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from None
-    if v != v or v < 0 or v == float("inf"):
-        raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
-    if maximum is not None and v > maximum:
-        raise ConfigError(f"{what} must be at most {_duration(maximum)}, got {value!r} seconds")
-    return v
-
-
-def _duration(limit: float) -> str:
-    hours = limit / 3600
-    return f"{limit:g} seconds ({hours:g} hours)" if hours >= 1 else f"{limit:g} seconds"
-
-
-def delay_seconds(value: object, what: str = "delay") -> float:
-    """A message's initial invisibility: 0 to :data:`MAX_DELAY_SECONDS`."""
-    return seconds(value, what, MAX_DELAY_SECONDS)
-
-
-def visibility_seconds(
-    value: object, what: str = "visibility timeout", zero: bool = False
-) -> float:
-    """How long a delivery hides its message: up to :data:`MAX_VISIBILITY_SECONDS`; 0 only
-    where it means "release now" (``zero``)."""
-    v = seconds(value, what, MAX_VISIBILITY_SECONDS)
-    if v <= 0 and not zero:
-        raise ConfigError(f"{what} must be > 0 seconds")
-    return v
-
-
-def repair_timeout_seconds(value: object, what: str = "repair timeout") -> float:
-    return seconds(value, what, MAX_REPAIR_TIMEOUT_SECONDS)
 
 
 # -- replication: what the consistency levels need -------------------------------------------------

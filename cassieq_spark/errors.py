@@ -42,6 +42,16 @@ class StaleReceiptError(CassieQError):
     """A pop receipt no longer owns its message (it was acked, or redelivered to someone else)."""
 
 
+class InvalidReceiptError(ConfigError, StaleReceiptError):
+    """A string that is not a pop receipt of this queue: malformed, forged, or another queue's
+    (or an earlier incarnation's). A StaleReceiptError too, for code written before it existed."""
+
+
+class KeyspaceReplicationError(ConfigError):
+    """The keyspace's replication cannot be served by the cluster, or differs from the one
+    asked for."""
+
+
 class QueueBusyError(CassieQError):
     """Another consumer holds the queue's streaming lease."""
 

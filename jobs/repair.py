@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -44,6 +45,7 @@ from cassieq_spark.config import (  # noqa: E402
     validate_queue_name,
 )
 from cassieq_spark.errors import ConfigError, QueueNotFoundError, one_line  # noqa: E402
+from cassieq_spark.validate import repair_timeout_seconds  # noqa: E402
 
 log = logging.getLogger("cassieq.repair")
 
@@ -51,6 +53,30 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 4
+
+
+def _repair_timeout(text: str) -> float:
+    try:
+        return repair_timeout_seconds(text, "a repair timeout")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# What SparkSession.builder.master() takes; anything else makes the JVM die with a stack trace
+# before any error of ours could be printed.
+_MASTER_RE = re.compile(
+    r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
+    r"|(spark|mesos|k8s)://\S+"
+)
+
+
+def _master(text: str) -> str:
+    if not _MASTER_RE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Spark master URL; use local[N], local[*], spark://HOST:PORT, "
+            "yarn or k8s://HOST:PORT"
+        )
+    return text.strip()
 
 
 def _seconds(text: str) -> float:
@@ -90,9 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_flags(p)
     p.add_argument(
         "--repair-timeout",
-        type=_seconds,
+        type=_repair_timeout,
         metavar="S",
-        help="override the queues' repair timeout: how long a skipped range waits before repair",
+        help="override the queues' repair timeout: how long a skipped range waits before "
+        "repair (> 0 to 86400 s)",
     )
     p.add_argument(
         "--max-buckets",
@@ -105,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval", type=_seconds, default=30.0, metavar="S", help="pause between passes (--loop)"
     )
-    p.add_argument("--master", help="Spark master when not given by spark-submit (local[2])")
+    p.add_argument(
+        "--master",
+        type=_master,
+        help="Spark master when not given by spark-submit (local[2])",
+    )
     p.add_argument("--verbose", action="store_true", help="debug logging and tracebacks")
     return p
 

@@ -314,8 +314,7 @@ class Consumer:
         has processed the message; the new holder's ack then returns False. Two acks of one
         receipt at once may both count."""
         r = PopReceipt.decode(receipt)
-        if r.queue_id != queue.queue_id:
-            return False
+        r.check_queue(queue.queue_id, queue.name, receipt)
         row = read_one(self.conn, queue, r.message_id, "version, acked, dead, enqueued_at")
         if row is None or row.acked or row.dead or row.version != r.version:
             return False
@@ -336,12 +335,11 @@ class Consumer:
 
     def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
         r = PopReceipt.decode(receipt)
+        r.check_queue(queue.queue_id, queue.name, receipt)
         stale = StaleReceiptError(
             f"pop receipt for message {r.message_id} of queue {queue.name!r} is stale: the message "
             "was acked or redelivered since; get it again"
         )
-        if r.queue_id != queue.queue_id:
-            raise stale
         now = clock.now()
         key = (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id)
         ttl = 0

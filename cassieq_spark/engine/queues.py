@@ -7,6 +7,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass
 
+from .. import validate
 from ..config import (
     MAX_MESSAGE_TTL_SECONDS,
     repair_timeout_seconds,
@@ -67,12 +68,7 @@ def validate_settings(
     name: str,
 ) -> dict:
     validate_bucket_size(bucket_size)
-    if (
-        not isinstance(max_delivery_count, int)
-        or isinstance(max_delivery_count, bool)
-        or max_delivery_count < 1
-    ):
-        raise ConfigError(f"max delivery count must be an integer >= 1, got {max_delivery_count!r}")
+    validate.count(max_delivery_count, "max delivery count", 1, validate.MAX_DELIVERY_COUNT)
     vt = visibility_seconds(visibility_timeout)
     rt = repair_timeout_seconds(repair_timeout)
     if dead_letter_queue is not None:
@@ -88,7 +84,11 @@ def validate_settings(
             f"message TTL must be a whole number of seconds from 1 to {MAX_MESSAGE_TTL_SECONDS} "
             f"(20 years, Cassandra's limit), got {message_ttl!r}"
         )
-    if not isinstance(max_payload_bytes, int) or not 1 <= max_payload_bytes <= MAX_PAYLOAD_LIMIT:
+    if (
+        not isinstance(max_payload_bytes, int)
+        or isinstance(max_payload_bytes, bool)
+        or not (1 <= max_payload_bytes <= MAX_PAYLOAD_LIMIT)
+    ):
         raise ConfigError(
             f"max payload bytes must be from 1 to {MAX_PAYLOAD_LIMIT}, got {max_payload_bytes!r}"
         )
@@ -124,19 +124,39 @@ def _row_to_info(row) -> QueueInfo:
     )
 
 
+def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
+    """The dead-letter queue must exist, and following dead-letter queues from it must not
+    come back to ``name`` (a delete and re-create can close a cycle: poison messages would
+    go round it instead of stopping)."""
+    seen = [name]
+    current: str | None = dlq
+    while current is not None:
+        if current in seen:
+            raise ConfigError(
+                f"dead-letter queue {dlq!r} of queue {name!r} would form a cycle "
+                f"({' -> '.join([*seen, current])}); a dead-letter chain must end in a queue "
+                "without a dead-letter queue"
+            )
+        try:
+            info = get_queue(conn, current)
+        except QueueNotFoundError:
+            if current != dlq:
+                return  # the chain ends at a deleted queue: no cycle through it
+            raise QueueNotFoundError(
+                f"dead-letter queue {dlq!r} of queue {name!r} does not exist; "
+                f"create it first (cassieq create-queue {dlq})"
+            ) from None
+        seen.append(current)
+        current = info.dead_letter_queue
+
+
 def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
     if s["dead_letter_queue"]:
         # A dead-letter queue that does not exist would fail the first message that needs it
         # (finding F13); the delete of a referenced queue is caught at dead-letter time.
-        try:
-            get_queue(conn, s["dead_letter_queue"])
-        except QueueNotFoundError:
-            raise QueueNotFoundError(
-                f"dead-letter queue {s['dead_letter_queue']!r} of queue {name!r} does not exist; "
-                f"create it first (cassieq create-queue {s['dead_letter_queue']})"
-            ) from None
+        _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
     qid = uuid.uuid4()
     # The incarnation's pointers and counter go in first: until the queue row below names
     # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a

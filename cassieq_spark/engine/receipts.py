@@ -11,7 +11,8 @@ import base64
 import uuid
 from dataclasses import dataclass
 
-from ..errors import StaleReceiptError
+from ..errors import InvalidReceiptError
+from ..validate import MAX_BIGINT, MAX_INT
 
 _PREFIX = "r1"
 
@@ -32,17 +33,34 @@ class PopReceipt:
 
     @classmethod
     def decode(cls, text: str) -> PopReceipt:
+        bad = InvalidReceiptError(
+            f"{repr(text)[:80]} is not a pop receipt; use the one get() returned"
+        )
         if not isinstance(text, str) or not text.startswith(_PREFIX):
-            raise StaleReceiptError(f"{text!r} is not a pop receipt; use the one get() returned")
+            raise bad
         body = text[len(_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        except (ValueError, TypeError) as exc:
-            raise StaleReceiptError(f"{text!r} is not a pop receipt") from exc
+            # validate: characters outside the alphabet (a pasted newline) are refused,
+            # not skipped
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
+        except (ValueError, TypeError):
+            raise bad from None
         if len(raw) != 28:
-            raise StaleReceiptError(f"{text!r} is not a pop receipt; use the one get() returned")
-        return cls(
+            raise bad
+        receipt = cls(
             queue_id=uuid.UUID(bytes=raw[:16]),
             message_id=int.from_bytes(raw[16:24], "big"),
             version=int.from_bytes(raw[24:28], "big"),
         )
+        # get() never hands out such numbers (ids and versions are bigint and int columns).
+        if receipt.message_id > MAX_BIGINT or receipt.version > MAX_INT:
+            raise bad
+        return receipt
+
+    def check_queue(self, queue_id: uuid.UUID, queue_name: str, text: str) -> None:
+        if self.queue_id != queue_id:
+            raise InvalidReceiptError(
+                f"{repr(text)[:80]} is not a receipt of queue {queue_name!r}: it was issued by "
+                "another queue (or by an earlier queue of this name, deleted since); ack it on "
+                "the queue its message came from"
+            )

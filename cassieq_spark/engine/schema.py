@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from cassandra.cluster import Session
+from cassandra import InvalidRequest, Unavailable
+from cassandra.cluster import NoHostAvailable, Session
 
-from ..errors import SchemaNotBootstrappedError
+from .. import validate
+from ..errors import KeyspaceReplicationError, SchemaNotBootstrappedError
 
 log = logging.getLogger(__name__)
 
@@ -131,27 +133,104 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
-def create_keyspace(session: Session, keyspace: str, replication_factor: int = 1) -> None:
-    if not isinstance(replication_factor, int) or replication_factor < 1:
-        from ..errors import ConfigError
+def _replicas(strategy) -> dict[str | None, int]:
+    """Replicas per data center of a driver replication strategy (None: anywhere)."""
+    factors = getattr(strategy, "dc_replication_factors", None)
+    if factors is not None:
+        out = {}
+        for dc, rf in factors.items():
+            try:
+                out[dc] = int(str(rf).split("/")[0])
+            except ValueError:
+                continue
+        return out
+    rf = getattr(strategy, "replication_factor", None)
+    return {None: int(rf)} if rf is not None else {}
 
-        raise ConfigError(
-            f"replication factor must be a positive integer, got {replication_factor!r}"
+
+def _describe(replicas: dict[str | None, int]) -> str:
+    if set(replicas) == {None}:
+        return f"{{'class': 'SimpleStrategy', 'replication_factor': {replicas[None]}}}"
+    dcs = ", ".join(f"'{dc}': {rf}" for dc, rf in sorted(replicas.items(), key=str))
+    return f"{{'class': 'NetworkTopologyStrategy', {dcs}}}"
+
+
+def _unservable(session: Session, replicas: dict[str | None, int]) -> str | None:
+    """Why the live nodes cannot give a quorum of ``replicas`` (every read and write of the
+    queue needs one), or None."""
+    hosts = list(session.cluster.metadata.all_hosts())
+    for dc, rf in replicas.items():
+        if rf < 1:
+            continue
+        members = [h for h in hosts if dc is None or h.datacenter == dc]
+        up = [h for h in members if h.is_up is not False]
+        need = rf // 2 + 1
+        where = "the cluster" if dc is None else f"data center {dc!r}"
+        if rf > len(members) or need > len(up):
+            return (
+                f"replication factor {rf} needs {rf} nodes in {where} ({need} up for a quorum); "
+                f"it has {len(members)} ({len(up)} up)"
+            )
+    return None
+
+
+def create_keyspace(session: Session, keyspace: str, replication_factor: int | None = 1) -> None:
+    """Create the keyspace (SimpleStrategy) unless it exists. A factor the live nodes cannot
+    serve is refused before anything is created; an existing keyspace with another factor
+    than the one asked for is an error that says how to change it (None: no check)."""
+    rf = 1 if replication_factor is None else validate.replication_factor(replication_factor)
+    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    if ks is None:
+        session.cluster.refresh_schema_metadata()
+        ks = session.cluster.metadata.keyspaces.get(keyspace)
+    if ks is not None:
+        have = _replicas(ks.replication_strategy)
+        if replication_factor is not None and have != {None: rf}:
+            raise KeyspaceReplicationError(
+                f"keyspace {keyspace!r} exists with replication {_describe(have)}, not the "
+                f"replication factor {rf} asked for; bootstrap does not change it: run "
+                f"ALTER KEYSPACE {keyspace} WITH replication = {_describe({None: rf})} in cqlsh, "
+                "then `nodetool repair` (or leave out --replication-factor to keep it)"
+            )
+        return
+    why = _unservable(session, {None: rf})
+    if why:
+        raise KeyspaceReplicationError(
+            f"cannot create keyspace {keyspace!r}: {why}; nothing was created. Use a "
+            "replication factor the cluster can serve (--replication-factor), or add nodes"
         )
     session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_describe({None: rf})}"
     )
+
+
+def check_servable(session: Session, keyspace: str) -> None:
+    """A keyspace whose replication the live nodes cannot serve fails every read and write
+    of the queue: say so, and how to fix it, instead of the driver's NoHostAvailable."""
+    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    if ks is None:
+        return
+    replicas = _replicas(ks.replication_strategy)
+    why = _unservable(session, replicas)
+    if why:
+        raise KeyspaceReplicationError(
+            f"keyspace {keyspace!r} has replication {_describe(replicas)}, which the cluster "
+            f"cannot serve: {why}. Change it with ALTER KEYSPACE {keyspace} WITH replication = "
+            f"{_describe({k: min(v, 1) for k, v in replicas.items()})} (or as many replicas as "
+            "there are nodes), or bring the nodes up; then run `cassieq bootstrap` again"
+        )
 
 
 def current_version(session: Session, keyspace: str) -> int:
     """The recorded schema version, or 0 when the tables are not there."""
-    ks = session.cluster.metadata.keyspaces.get(keyspace)
-    if ks is None or "schema_version" not in ks.tables:
+    # Asked of the cluster, not of this session's metadata, which can lag behind tables that
+    # another session (or an earlier, failed bootstrap) created.
+    try:
+        row = session.execute(
+            f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
+        ).one()
+    except InvalidRequest:  # no such keyspace or table
         return 0
-    row = session.execute(
-        f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
-    ).one()
     return row.version if row else 0
 
 
@@ -164,7 +243,14 @@ def bootstrap(session: Session, keyspace: str) -> int:
             f"keyspace {keyspace!r} does not exist; create it first, or bootstrap with "
             "create_keyspace=True (`cassieq bootstrap --create-keyspace`)"
         )
-    have = current_version(session, keyspace)
+    have = _version(session, keyspace)
+    if have < SCHEMA_VERSION:
+        # Writes ahead: refuse them with advice rather than half-apply them (C87).
+        check_servable(session, keyspace)
+    if have == 0 and "queues" in session.cluster.metadata.keyspaces[keyspace].tables:
+        # An earlier bootstrap created tables but never recorded a version (it failed in
+        # between): every migration is idempotent, so running them all completes it.
+        log.warning("keyspace %s was bootstrapped half-way; completing it", keyspace)
     for version in sorted(MIGRATIONS):
         if version <= have:
             continue
@@ -177,11 +263,25 @@ def bootstrap(session: Session, keyspace: str) -> int:
         )
         log.info("schema of keyspace %s migrated to version %d", keyspace, version)
     session.cluster.control_connection.wait_for_schema_agreement()
+    if have < SCHEMA_VERSION:
+        # Tables created here, or before by a failed bootstrap in another session, may not
+        # have reached this session's view: later version checks read it.
+        session.cluster.refresh_schema_metadata()
     return max(have, SCHEMA_VERSION)
 
 
+def _version(session: Session, keyspace: str) -> int:
+    """:func:`current_version`; a keyspace the cluster cannot serve is explained, not a
+    driver's NoHostAvailable."""
+    try:
+        return current_version(session, keyspace)
+    except (NoHostAvailable, Unavailable):
+        check_servable(session, keyspace)
+        raise
+
+
 def require_schema(session: Session, keyspace: str) -> None:
-    if current_version(session, keyspace) < SCHEMA_VERSION:
+    if _version(session, keyspace) < SCHEMA_VERSION:
         raise SchemaNotBootstrappedError(
             f"the cassieq schema is not bootstrapped in keyspace {keyspace!r}; run "
             "`cassieq bootstrap` (or QueueClient.bootstrap()) first"

@@ -28,6 +28,7 @@ from cassandra.cluster import (
     ExecutionProfile,
     NoHostAvailable,
     Session,
+    UnresolvableContactPoints,
 )
 from cassandra.connection import ConnectionException
 from cassandra.policies import (
@@ -155,16 +156,22 @@ class Connection:
             if config.username is not None
             else None
         )
-        self.cluster = Cluster(
-            contact_points=list(config.contact_points),
-            port=config.port,
-            auth_provider=auth,
-            ssl_context=config.ssl_context(),
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
-            connect_timeout=config.connect_timeout,
-            # v4 avoids v5's per-frame checksums, partly computed in pure Python.
-            protocol_version=4,
-        )
+        try:
+            self.cluster = Cluster(
+                contact_points=list(config.contact_points),
+                port=config.port,
+                auth_provider=auth,
+                ssl_context=config.ssl_context(),
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
+                connect_timeout=config.connect_timeout,
+                # v4 avoids v5's per-frame checksums, partly computed in pure Python.
+                protocol_version=4,
+            )
+        except UnresolvableContactPoints:
+            raise ConnectionFailedError(
+                f"cannot resolve any of the contactPoints {', '.join(config.contact_points)} "
+                "(DNS lookup failed); check the host names, or give IP addresses"
+            ) from None
         try:
             self.session: Session = self.cluster.connect()
         except AuthenticationFailed as exc:
@@ -173,8 +180,16 @@ class Connection:
                 f"Cassandra at {config.describe()} rejected the credentials; check username/password"
             ) from exc
         except NoHostAvailable as exc:
+            dcs = sorted({h.datacenter for h in self.cluster.metadata.all_hosts() if h.datacenter})
             self.cluster.shutdown()
-            if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+            errors = exc.errors if isinstance(exc.errors, dict) else {}
+            if config.local_dc and dcs and config.local_dc not in dcs:
+                # The driver then reports its contact points as a list, naming nothing.
+                raise ConnectionFailedError(
+                    f"localDc {config.local_dc!r} is not a data center of the cluster at "
+                    f"{config.describe()}; its data centers: {', '.join(dcs)}"
+                ) from exc
+            if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
                 raise ConnectionFailedError(
                     f"Cassandra at {config.describe()} rejected the credentials; check username/password"
                 ) from exc
@@ -289,7 +304,8 @@ class Connection:
 
 
 def _first_error(exc: NoHostAvailable) -> str:
-    for host, err in (exc.errors or {}).items():
+    errors = exc.errors if isinstance(exc.errors, dict) else {}
+    for host, err in errors.items():
         return f"{host}: {err}"
     return str(exc)
 

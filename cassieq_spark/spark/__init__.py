@@ -6,10 +6,20 @@ from typing import Any
 
 from .provider import CassieQDataSource
 
+HIDE_TRACEBACK_CONF = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
 
-def register(spark: Any) -> None:
-    """Make ``format("cassieq")`` available in ``spark`` (a SparkSession)."""
+
+def register(spark: Any, short_errors: bool = False) -> None:
+    """Make ``format("cassieq")`` available in ``spark`` (a SparkSession).
+
+    ``short_errors``: set Spark's ``spark.sql.execution.pyspark.udf.hideTraceback.enabled``,
+    so that an error of the connector reaches the user as Spark's one-line prefix followed by
+    our own one-line message (``cassieq_spark.errors.ConfigError: option 'port' ...``) instead
+    of a Python traceback that ends with it. It applies to every Python UDF of the session,
+    hence opt-in."""
     spark.dataSource.register(CassieQDataSource)
+    if short_errors:
+        spark.conf.set(HIDE_TRACEBACK_CONF, "true")
 
 
-__all__ = ["CassieQDataSource", "register"]
+__all__ = ["HIDE_TRACEBACK_CONF", "CassieQDataSource", "register"]

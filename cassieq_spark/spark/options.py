@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .. import validate
 from ..config import CONNECTION_OPTIONS, ConnectionConfig, connection_from_options
 from ..config import validate_queue_name as _validate_queue_name
 from ..engine import monoton, queues, schema
@@ -72,10 +73,7 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 def check_known(options: Mapping[str, str], allowed: Mapping[str, str], role: str) -> None:
     """Fail on the first option that ``role`` does not accept, listing the ones it does."""
-    for key in sorted(_lower(options)):
-        if key not in allowed:
-            names = ", ".join(sorted(allowed.values(), key=str.lower))
-            raise ConfigError(f"unknown option {key!r} for the cassieq {role}; allowed: {names}")
+    validate.known_options(_lower(options), allowed, role)
 
 
 def redacted(options: Mapping[str, str]) -> dict[str, str]:
@@ -86,40 +84,19 @@ def redacted(options: Mapping[str, str]) -> dict[str, str]:
 def _int(o: dict[str, str], key: str, label: str, default: int | None, minimum: int | None):
     if key not in o:
         return default
-    raw = str(o[key]).strip()
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"option {label!r} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"option {label!r} must be >= {minimum}, got {value}")
-    return value
+    return validate.int_option(o[key], label, minimum)
 
 
 def _float(o: dict[str, str], key: str, label: str, default: float | None, minimum: float | None):
     if key not in o:
         return default
-    raw = str(o[key]).strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"option {label!r} must be a number, got {raw!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"option {label!r} must be a finite number, got {raw!r}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"option {label!r} must be >= {minimum}, got {raw}")
-    return value
+    return validate.float_option(o[key], label, minimum)
 
 
 def _bool(o: dict[str, str], key: str, label: str, default: bool) -> bool:
     if key not in o:
         return default
-    v = str(o[key]).strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"option {label!r} must be true or false, got {o[key]!r}")
+    return validate.boolean(o[key], label)
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from .. import validate
 from ..engine import faults, settle, writes
 from ..engine.counters import Counters
 from ..engine.messages import Pipeline
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
 from ..errors import CassieQError, ConfigError, PayloadTooLargeError, ReplayMismatchError
+from ..validate import MAX_DELAY_SECONDS
 from .options import SinkOptions, resolve_queue, sink_options
 from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_VALUE
 from .sink_target import Target, check_target
@@ -195,6 +197,17 @@ class CassieQCommitMessage(WriterCommitMessage):
 
 def _where(partition: int, position: int) -> str:
     return f"row {position} (0-based) of partition {partition}"
+
+
+def _headers(h: dict | None, partition: int, position: int) -> dict | None:
+    """A row's headers within the limits of the client's (count, bytes), the row named."""
+    if not h:
+        return None
+    h = dict(h)
+    try:
+        return validate.headers(h)
+    except ConfigError as exc:
+        raise type(exc)(f"column 'headers' at {_where(partition, position)}: {exc}") from None
 
 
 class _TaskWrite:
@@ -441,16 +454,21 @@ def _arrow_slices(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterat
                                 f"column 'headers' has a null value at "
                                 f"{_where(task.partition, base + i)}; header values must be strings"
                             )
-                headers = [dict(h) if h else None for h in col.to_pylist()]
+                headers = [
+                    _headers(h, task.partition, base + i) for i, h in enumerate(col.to_pylist())
+                ]
         delays = None
         if layout.delay is not None:
             d = pc.fill_null(rb.column(layout.delay).cast(pa.float64()), 0.0)
-            bad = pc.or_(pc.less(d, 0.0), pc.invert(pc.is_finite(d)))
+            bad = pc.or_(
+                pc.or_(pc.less(d, 0.0), pc.invert(pc.is_finite(d))),
+                pc.greater(d, MAX_DELAY_SECONDS),
+            )
             if pc.any(bad).as_py():
                 i = _first_true(bad)
                 raise ConfigError(
                     f"column 'delay' is {d[i].as_py()} at {_where(task.partition, base + i)}; "
-                    "it must be a finite number of seconds >= 0"
+                    f"it must be a finite number of seconds from 0 to {MAX_DELAY_SECONDS:g}"
                 )
             if pc.max(d).as_py() > 0:
                 delays = d.to_pylist()
@@ -489,14 +507,14 @@ def _row_slices(task: _TaskWrite, rows: Iterator) -> Iterator[None]:
                     f"column 'headers' has a null value at {_where(task.partition, pos)}; "
                     "header values must be strings"
                 )
-            headers.append(dict(h) if h else None)
+            headers.append(_headers(h, task.partition, pos))
         if delays is not None:
             d = row[di]
             d = 0.0 if d is None else float(d)
-            if not (d >= 0 and d != float("inf")):
+            if not (0 <= d <= MAX_DELAY_SECONDS):
                 raise ConfigError(
                     f"column 'delay' is {d} at {_where(task.partition, pos)}; it must be a "
-                    "finite number of seconds >= 0"
+                    f"finite number of seconds from 0 to {MAX_DELAY_SECONDS:g}"
                 )
             any_delay = any_delay or d > 0
             delays.append(d)

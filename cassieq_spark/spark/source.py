@@ -204,8 +204,17 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     _LIVE = ("_conn", "_queue", "_stream")
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None):
-        self.settings = parse_source_settings(options)
-        self.owner = f"stream:{self.settings.consumer_id or uuid.uuid4().hex[:12]}"
+        # PySpark's streaming source runner turns an exception raised here into its own
+        # UnboundLocalError (it stops a reader it never got): keep ours for the first call.
+        self._init_error: ConfigError | None = None
+        try:
+            self.settings = parse_source_settings(options)
+        except ConfigError as exc:
+            self._init_error = exc
+            self.settings = None  # type: ignore[assignment]
+        self.owner = (
+            f"stream:{(self.settings and self.settings.consumer_id) or uuid.uuid4().hex[:12]}"
+        )
         self._target: SourceOffset | None = None  # AvailableNow: the end of this run
         self._acked: SourceOffset | None = None  # the last offset acked by this object
         self._latest: dict | None = None
@@ -262,7 +271,12 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets -----------------------------------------------------------------------------------
 
+    def _raise_init_error(self) -> None:
+        if self._init_error is not None:
+            raise self._init_error
+
     def initialOffset(self) -> dict:
+        self._raise_init_error()
         _, st = self._connect()
         st.lease.ensure()
         p = st.pointers()
@@ -271,10 +285,12 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._make(p.reader, p.reader, max(-1, p.timer_slot * 1000 - 1)).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        self._raise_init_error()
         n = self.settings.max_messages_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._raise_init_error()
         queue, st = self._connect()
         st.lease.ensure()
         # Everything reserved by now, including blocks still being written: latestOffset
@@ -287,6 +303,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._raise_init_error()
         s = self._offset(start)
         queue, st = self._connect()
         self._check_alive(s)

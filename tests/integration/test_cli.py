@@ -84,11 +84,11 @@ def test_bootstrap_is_idempotent(run):
 
 def test_errors_are_one_line_without_traceback(run, queue_name):
     r = run("create-queue", queue_name, "--bucket-size", "0")
-    assert r.returncode == 1
+    assert r.returncode == 2  # a bad value, like a bad flag
     assert r.stderr.startswith("cassieq: error: bucket size must be")
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
     r = run("create-queue", "bad name")
-    assert r.returncode == 1 and "invalid queue name" in r.stderr
+    assert r.returncode == 2 and "invalid queue name" in r.stderr
     r = run("put", queue_name, "x", "--delay", "-3")
     assert r.returncode == EXIT_NOT_FOUND  # the queue does not exist: named first
     debug = run("--debug", "stats", queue_name)

@@ -1,0 +1,262 @@
+"""The one place where every kind of user-given value is checked.
+
+The client, the CLI, the Spark options and the repair job all call these, so a value has the
+same limits, and a refusal the same wording, wherever it comes from. Each refusal is a
+:class:`~cassieq_spark.errors.ConfigError` of one line that names the value (or option) and
+says what is allowed. The limits themselves are written down in the README ("Limits").
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+from .errors import ConfigError
+
+# -- limits ----------------------------------------------------------------------------------------
+
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+KEYSPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+# Upper bounds of the durations that become timers. A timer outlives its due time by the
+# timers table's retention (14 days, see engine/timers.py), so these only keep values sane and
+# tested; the same limits as SQS's visibility timeout, for delays too.
+MAX_DELAY_SECONDS = 12 * 3600.0
+MAX_VISIBILITY_SECONDS = 12 * 3600.0
+# An open reservation row lives 14 days (engine/monoton.OPEN_TTL): readers must see it as
+# abandoned long before it expires, or they would take it for closed.
+MAX_REPAIR_TIMEOUT_SECONDS = 24 * 3600.0
+# Cassandra refuses TTLs above 20 years.
+MAX_MESSAGE_TTL_SECONDS = 20 * 365 * 24 * 3600
+# SQS's limit of receives before a message goes to its dead-letter queue; also far below the
+# int column that stores it.
+MAX_DELIVERY_COUNT = 1000
+# Headers are one frozen map cell next to the payload: their bytes count towards the 16 MiB a
+# mutation may have (see engine/queues.MAX_PAYLOAD_LIMIT); the count keeps the map small to
+# decode on every get.
+MAX_HEADERS_BYTES = 64 * 1024
+MAX_HEADERS_COUNT = 1000
+# Ids, versions, slots: bigint/int columns.
+MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
+MAX_REPLICATION_FACTOR = 10
+MAX_PORT = 65535
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+
+def queue_name(name: object, what: str = "queue name") -> str:
+    """1-200 of ``[A-Za-z0-9_.-]``, starting with a letter or digit: the whole string (a
+    trailing newline is not let through, as ``re.match(...$)`` would)."""
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
+        raise ConfigError(
+            f"invalid {what} {_show(name)}: use 1-200 characters from letters, digits, '_', '-', "
+            "'.', starting with a letter or digit"
+        )
+    return name
+
+
+def keyspace_name(name: object) -> str:
+    if not isinstance(name, str) or not KEYSPACE_RE.fullmatch(name):
+        raise ConfigError(
+            f"keyspace {_show(name)} is not valid: 1-48 letters, digits and '_', starting with "
+            "a letter"
+        )
+    return name
+
+
+def text(value: object, what: str) -> bytes:
+    """A str as UTF-8; a lone surrogate (e.g. from undecodable command-line bytes) is refused."""
+    try:
+        return value.encode("utf-8")  # type: ignore[union-attr]
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid text: character {exc.object[exc.start : exc.end]!r} at "
+            f"position {exc.start} cannot be written as UTF-8; pass bytes, or text that is "
+            "valid Unicode"
+        ) from None
+
+
+# -- numbers ---------------------------------------------------------------------------------------
+
+
+def _duration(limit: float) -> str:
+    hours = limit / 3600
+    return f"{limit:g} seconds ({hours:g} hours)" if hours >= 1 else f"{limit:g} seconds"
+
+
+def seconds(
+    value: object, what: str, maximum: float | None = None, positive: bool = False
+) -> float:
+    """A finite number of seconds >= 0 (> 0 with ``positive``), at most ``maximum``. Numeric
+    strings are read ('10'); booleans are not numbers."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{what} must be a number of seconds, got {_show(value)}") from None
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{what} must be a finite number of seconds >= 0, got {_show(value)}")
+    if positive and v <= 0:
+        raise ConfigError(f"{what} must be > 0 seconds, got {_show(value)}")
+    if maximum is not None and v > maximum:
+        raise ConfigError(
+            f"{what} must be at most {_duration(maximum)}, got {_show(value)} seconds"
+        )
+    return v
+
+
+def delay_seconds(value: object, what: str = "delay") -> float:
+    """A message's initial invisibility: 0 to :data:`MAX_DELAY_SECONDS`."""
+    return seconds(value, what, MAX_DELAY_SECONDS)
+
+
+def visibility_seconds(
+    value: object, what: str = "visibility timeout", zero: bool = False
+) -> float:
+    """How long a delivery hides its message: up to :data:`MAX_VISIBILITY_SECONDS`; 0 only
+    where it means "release now" (``zero``)."""
+    return seconds(value, what, MAX_VISIBILITY_SECONDS, positive=not zero)
+
+
+def repair_timeout_seconds(value: object, what: str = "repair timeout") -> float:
+    """How old an open reservation must be to count as abandoned: > 0 (at 0 every writer in
+    flight would count as abandoned at once) and at most :data:`MAX_REPAIR_TIMEOUT_SECONDS`."""
+    return seconds(value, what, MAX_REPAIR_TIMEOUT_SECONDS, positive=True)
+
+
+def count(value: object, what: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole number from ``minimum`` to ``maximum`` (no bool, no float, no str)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(
+            f"{what} must be an integer{_range(minimum, maximum)}, got {_show(value)}"
+        )
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ConfigError(
+            f"{what} must be an integer{_range(minimum, maximum)}, got {_show(value)}"
+        )
+    return value
+
+
+def _range(minimum: int, maximum: int | None) -> str:
+    return f" >= {minimum}" if maximum is None else f" from {minimum} to {maximum}"
+
+
+def port(value: object, what: str = "port") -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PORT:
+        raise ConfigError(f"{what} must be from 1 to {MAX_PORT}, got {_show(value)}")
+    return value
+
+
+def replication_factor(value: object) -> int:
+    return count(value, "replication factor", 1, MAX_REPLICATION_FACTOR)
+
+
+# -- headers ---------------------------------------------------------------------------------------
+
+
+def headers(value: object, position: int | None = None) -> dict[str, str] | None:
+    """A dict of str to str, at most :data:`MAX_HEADERS_COUNT` entries and
+    :data:`MAX_HEADERS_BYTES` bytes of keys and values (UTF-8)."""
+    from .errors import PayloadTooLargeError
+
+    if value is None:
+        return None
+    where = f" at position {position}" if position is not None else ""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"headers{where} must be a dict of str to str")
+    if len(value) > MAX_HEADERS_COUNT:
+        raise PayloadTooLargeError(
+            f"headers{where} have {len(value)} entries; at most {MAX_HEADERS_COUNT} are allowed"
+        )
+    size = sum(
+        len(text(k, "a header key")) + len(text(v, "a header value")) for k, v in value.items()
+    )
+    if size > MAX_HEADERS_BYTES:
+        raise PayloadTooLargeError(
+            f"headers{where} take {size} bytes; at most {MAX_HEADERS_BYTES} are allowed"
+        )
+    return dict(value) or None
+
+
+def headers_bytes(value: Mapping[str, str] | None) -> int:
+    """What a checked header map adds to a message's row, for sizing write batches."""
+    if not value:
+        return 0
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) + 8 for k, v in value.items())
+
+
+# -- options ---------------------------------------------------------------------------------------
+
+
+def known_options(given: Iterable[str], allowed: Mapping[str, str], role: str) -> None:
+    """Fail on the first option name (case-insensitive) that ``role`` does not take, naming the
+    closest allowed spelling and every allowed one. ``allowed``: lower-cased -> shown."""
+    for key in sorted({str(k).lower() for k in given}):
+        if key not in allowed:
+            close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.75)
+            hint = f" (did you mean {allowed[close[0]]!r}?)" if close else ""
+            names = ", ".join(sorted(allowed.values(), key=str.lower))
+            raise ConfigError(
+                f"unknown option {key!r} for the cassieq {role}{hint}; allowed: {names}"
+            )
+
+
+def boolean(value: object, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {what!r} must be true or false, got {_show(value)}")
+
+
+def int_option(
+    value: object, what: str, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """An option given as text ('10'); a bool is not a number."""
+    raw = value.strip() if isinstance(value, str) else value
+    if isinstance(raw, bool):
+        raise ConfigError(f"option {what!r} must be an integer, got {raw!r}")
+    try:
+        out = int(raw) if isinstance(raw, (int, str)) else int(str(raw))
+    except ValueError:
+        raise ConfigError(f"option {what!r} must be an integer, got {_show(raw)}") from None
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"option {what!r} must be >= {minimum}, got {out}")
+    if maximum is not None and out > maximum:
+        raise ConfigError(f"option {what!r} must be at most {maximum}, got {out}")
+    return out
+
+
+def float_option(
+    value: object, what: str, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    raw = value.strip() if isinstance(value, str) else value
+    if isinstance(raw, bool):
+        raise ConfigError(f"option {what!r} must be a number, got {raw!r}")
+    try:
+        out = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"option {what!r} must be a number, got {_show(raw)}") from None
+    if not math.isfinite(out):
+        raise ConfigError(f"option {what!r} must be a finite number, got {_show(raw)}")
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"option {what!r} must be >= {minimum}, got {raw}")
+    if maximum is not None and out > maximum:
+        raise ConfigError(f"option {what!r} must be at most {maximum:g}, got {raw}")
+    return out
