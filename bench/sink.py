@@ -190,7 +190,7 @@ def _sink_writer(cfg: BenchConfig, queue: str):
     if source_cls is None:
         import cassieq_spark
 
-        source_cls = cassieq_spark.CassieQDataSource  # type: ignore[attr-defined]
+        source_cls = cassieq_spark.CassieQDataSource
     opts = {k.lower(): v for k, v in cfg.options(queue).items()}
     opts["checkpointlocation"] = tempfile.mkdtemp(prefix="bench-prof-")
     ds = source_cls(opts)

@@ -99,11 +99,11 @@ class ConnectionConfig:
             raise ConfigError(
                 f"serialConsistency must be one of {', '.join(SERIAL_LEVELS)}, got {self.serial_consistency!r}"
             )
-        for name, value in (
+        for name, limit_s in (
             ("connectTimeout", self.connect_timeout),
             ("requestTimeout", self.request_timeout),
         ):
-            validate.seconds(value, name, 3600.0, positive=True)
+            validate.seconds(limit_s, name, 3600.0, positive=True)
         if (self.username is None) != (self.password is None):
             raise ConfigError("username and password go together: give both or neither")
 

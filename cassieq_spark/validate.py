@@ -72,10 +72,10 @@ def keyspace_name(name: object) -> str:
     return name
 
 
-def text(value: object, what: str) -> bytes:
+def text(value: str, what: str) -> bytes:
     """A str as UTF-8; a lone surrogate (e.g. from undecodable command-line bytes) is refused."""
     try:
-        return value.encode("utf-8")  # type: ignore[union-attr]
+        return value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ConfigError(
             f"{what} is not valid text: character {exc.object[exc.start : exc.end]!r} at "

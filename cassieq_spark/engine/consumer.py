@@ -86,7 +86,7 @@ class _ReaderCache:
 def _stream_lease(queue: QueueInfo, ptrs: pointers.Pointers, now: float) -> QueueBusyError | None:
     if ptrs.lease_held(now) and (ptrs.lease_owner or "").startswith("stream:"):
         return QueueBusyError(
-            f"queue {queue.name!r} is consumed by streaming query {ptrs.lease_owner[7:]!r} until "
+            f"queue {queue.name!r} is consumed by streaming query {(ptrs.lease_owner or '')[7:]!r} until "
             f"{from_epoch(ptrs.lease_until).isoformat()}Z; stop that query (its lease then expires) "
             "or consume another queue"
         )

@@ -229,7 +229,8 @@ def write_messages(
     last_hn = 0
     for bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
         bucket_b = pack64(bucket)
-        batch = rows = nbytes = None
+        batch: BatchStatement | None = None
+        rows = nbytes = 0
         for mid in range(lo, hi):
             i = mid - first_id
             visible_b = UNSET_VALUE

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -123,7 +124,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         max_messages_per_trigger=parsed.int_option("maxMessagesPerTrigger", None, 1),
         max_ids_per_partition=max_ids,
         min_ids_per_partition=min_ids,
-        lease_timeout=float(lease),
+        lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
         consumer_id=consumer_id,
     )
 
@@ -398,7 +399,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         queue, st = self._connect()
         st.lease.ensure()
-        base = {
+        base: dict[str, Any] = {  # fields every partition of this batch shares
             "connection": self.settings.connection,
             "queue": queue.name,
             "queue_id": str(queue.queue_id),
@@ -472,7 +473,7 @@ class CassieQBatchReader(DataSourceReader):
         queue = resolve_queue(conn, self.settings.common)
         p = pointers.read(conn, queue)
         hz = monoton.horizon(conn, queue, p.reader)
-        base = {
+        base: dict[str, Any] = {
             "connection": self.settings.connection,
             "queue": queue.name,
             "queue_id": str(queue.queue_id),
