@@ -120,7 +120,8 @@ def _common(o: dict[str, str], role: str) -> CommonOptions:
             f"option 'queue' is required for the cassieq {role}: the name of the queue, "
             'e.g. .option("queue", "events")'
         )
-    queue = _validate_queue_name(str(queue).strip(), "queue name (option 'queue')")
+    # Checked whole, as the client and the CLI do: "sq\n" is not queue "sq".
+    queue = _validate_queue_name(str(queue), "queue name (option 'queue')")
     connection = connection_from_options({k: v for k, v in o.items() if k in CONNECTION_OPTIONS})
     create = _bool(o, "createqueue", "createQueue", False)
     given = [

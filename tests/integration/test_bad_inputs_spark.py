@@ -140,6 +140,7 @@ SPARK = [
     ("S41", lambda s, o, t: _write(_sel(s, V, "CAST(id AS STRING) AS VALUE"), o), E + r"ConfigError: column 'VALUE' appears twice in the input"),
     ("S42", lambda s, o, t: _write(_values(s), o, queue=P + "mp0", createQueue="true", maxPayloadBytes="0"), E + r"ConfigError: invalid queue setting for createQueue: max payload bytes must be from 1 to 15728640, got 0"),
     ("S43", lambda s, o, t: _write(_values(s), o, queue="  "), E + r"ConfigError: option 'queue' is required for the cassieq sink"),
+    ("S44", lambda s, o, t: _write(_values(s), o, queue=SQ + "\n"), E + r"ConfigError: invalid queue name \(option 'queue'\) '" + SQ + r"\\n': use 1-200 characters"),
     # second sweep
     ("S45x", lambda s, o, t: _write(_sel(s, V, "map('big', repeat('h', 65000)) AS headers", n=300), o), None),
     ("S46x", lambda s, o, t: _write(_sel(s, V, "CAST(43201 AS DOUBLE) AS delay"), o, writerType="rows"), E + r"ConfigError: column 'delay' is 43201.0 at row 0 .* from 0 to 43200"),
