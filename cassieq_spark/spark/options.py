@@ -140,7 +140,7 @@ def _common(o: dict[str, str], role: str) -> CommonOptions:
             "max_delivery_count": _int(o, "maxdeliverycount", "maxDeliveryCount", 5, None),
             "visibility_timeout": _float(o, "visibilitytimeout", "visibilityTimeout", 30.0, None),
             "repair_timeout": _float(o, "repairtimeout", "repairTimeout", 15.0, None),
-            "dead_letter_queue": str(dlq).strip() if dlq else None,
+            "dead_letter_queue": str(dlq) if dlq else None,  # checked whole by create_queue
             "message_ttl": _int(o, "messagettl", "messageTtl", None, None),
             "max_payload_bytes": _int(
                 o, "maxpayloadbytes", "maxPayloadBytes", DEFAULT_MAX_PAYLOAD_BYTES, None

@@ -142,6 +142,7 @@ SPARK = [
     ("S43", lambda s, o, t: _write(_values(s), o, queue="  "), E + r"ConfigError: option 'queue' is required for the cassieq sink"),
     ("S44", lambda s, o, t: _write(_values(s), o, queue=SQ + "\n"), E + r"ConfigError: invalid queue name \(option 'queue'\) '" + SQ + r"\\n': use 1-200 characters"),
     # second sweep
+    ("S60x", lambda s, o, t: _write(_values(s), o, queue=P + "dq", createQueue="true", deadLetterQueue=SQ + "\n"), E + r"ConfigError: .*invalid dead-letter queue name '" + SQ + r"\\n'"),
     ("S45x", lambda s, o, t: _write(_sel(s, V, "map('big', repeat('h', 65000)) AS headers", n=300), o), None),
     ("S46x", lambda s, o, t: _write(_sel(s, V, "CAST(43201 AS DOUBLE) AS delay"), o, writerType="rows"), E + r"ConfigError: column 'delay' is 43201.0 at row 0 .* from 0 to 43200"),
     ("S47x", lambda s, o, t: _write(_values(s), o, consistensy="QUORUM"), E + r"ConfigError: unknown option 'consistensy' for the cassieq sink \(did you mean 'consistency'\?\)"),
