@@ -100,8 +100,8 @@ def test_concurrent_producers_every_id_delivered_nothing_to_repair(
         committed = sum(p["numInputRows"] for p in sink.recentProgress)
         produced = sorted(i for out in outs for i in json.loads(out.read_text()))
         # Messages in the queue, counted from its rows, not from the `enqueued` counter: that
-        # misses a sink task the stop killed between its close and its count, and counts rows a
-        # killed task wrote and then marked dead (a counter is not a ledger; see the README).
+        # misses a sink task the stop killed between its close and its count, and once in CI
+        # exceeded the live rows by 20 after the stop killed a batch (unexplained; README).
         info = queue_client.get_queue(queue_name)
         next_id = monoton.horizon(queue_client.conn, info, 0).next_id
         rows = list(read_range(queue_client.conn, info, 0, next_id, "id, dead"))
