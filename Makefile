@@ -31,7 +31,8 @@ $(JARS_STAMP): conf/pom.xml
 	touch $@
 
 cassandra-up: setup
-	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT)
+	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
+	  $(if $(filter 1 yes true,$(DURABLE)),--durable)
 
 cassandra-down:
 	$(PY) -m cassieq_spark.local_cassandra down

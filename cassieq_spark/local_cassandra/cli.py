@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--storage-port", type=int, default=DEFAULT_STORAGE_PORT)
     up.add_argument("--heap", default=None, help="per node, e.g. 512M (default 512M, 384M if N>1)")
     up.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT, help="seconds")
+    up.add_argument(
+        "--durable",
+        action="store_true",
+        help="sync the commitlog before acknowledging (survives SIGKILL; slower writes)",
+    )
     for name in ("up", "down", "status"):
         p = up if name == "up" else sub.add_parser(name)
         p.add_argument("--base-dir", default=str(DEFAULT_BASE_DIR))
@@ -92,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base_dir=args.base_dir,
                 startup_timeout=args.timeout,
                 say=_out,
+                durable=args.durable,
             )
         except Exception as exc:  # every failure is one line unless DEBUG=1
             report_failure("cassandra-up failed", exc)
@@ -119,5 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"answering CQL, release {version}" if version else "not answering CQL"
             )
         moved = f" (for port {node.requested_port})" if node.requested_port else ""
-        _out(f"node {node.index} {node.address}:{node.port}{moved}: {state}")
+        mode = " durable" if node.durable else ""
+        _out(f"node {node.index} {node.address}:{node.port}{moved}{mode}: {state}")
     return 0 if running else 1

@@ -76,6 +76,7 @@ class LocalCassandra:
         cluster_name: str | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         requested_port: int | None = None,
+        durable: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
@@ -87,6 +88,7 @@ class LocalCassandra:
         self.cluster_name = cluster_name or f"cassieq-{self.base_dir.name}"
         self.startup_timeout = startup_timeout
         self.requested_port = requested_port if requested_port != port else None
+        self.durable = durable
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._started_here: list[int] = []
 
@@ -115,6 +117,7 @@ class LocalCassandra:
             self.base_dir,
             self.cluster_name,
             self.requested_port,
+            self.durable,
         )
 
     # --- state -------------------------------------------------------------------------------
@@ -272,6 +275,7 @@ def recorded_nodes(base_dir: Path = DEFAULT_BASE_DIR) -> list[NodeConfig]:
                 base_dir=base_dir,
                 cluster_name=str(record["cluster_name"]),
                 requested_port=None if requested is None else int(requested),  # type: ignore[call-overload]
+                durable=bool(record.get("durable", False)),
             )
         )
     return nodes

@@ -31,6 +31,11 @@ PID_FILE = "cassandra.pid"
 NODE_FILE = "node.json"
 CONSOLE_FILE = "console.log"
 LOG_TAIL_LINES = 40
+# A dev node syncs its commitlog every 10 s and skips fsync altogether (skip_sync, unsafesystem):
+# fast, but a SIGKILL loses what it acknowledged, schema included. A durable node syncs every
+# write before acknowledging it ("batch" groups concurrent writes into one fsync).
+FAST_COMMITLOG = "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms"
+DURABLE_COMMITLOG = "commitlog_sync: batch"
 
 
 class CassandraError(RuntimeError):
@@ -69,6 +74,7 @@ class NodeConfig:
 
     ``requested_port`` is the native port the caller asked for when the node runs on another one
     because that port was taken (see ``endpoint.py``); None when it runs where it was asked to.
+    ``durable`` nodes keep everything they acknowledged through a SIGKILL (see DURABLE_COMMITLOG).
     """
 
     index: int
@@ -78,6 +84,7 @@ class NodeConfig:
     base_dir: Path
     cluster_name: str
     requested_port: int | None = None
+    durable: bool = False
 
     @property
     def address(self) -> str:
@@ -117,6 +124,8 @@ class NodeConfig:
         }
         if self.requested_port is not None:
             record["requested_port"] = self.requested_port
+        if self.durable:
+            record["durable"] = True
         return record
 
 
@@ -131,6 +140,7 @@ def render_yaml(node: NodeConfig, template: str | None = None) -> str:
         storage_port=node.storage_port,
         native_port=node.port,
         node_dir=node.node_dir.as_posix(),
+        commitlog_sync=DURABLE_COMMITLOG if node.durable else FAST_COMMITLOG,
     )
 
 
@@ -160,8 +170,11 @@ def jvm_args(
         "cassandra.skip_wait_for_gossip_to_settle": 0,
         "cassandra.superuser_setup_delay_ms": 0,
         "cassandra.ring_delay_ms": RING_DELAY_MS,
-        "cassandra.skip_sync": "true",
-        "cassandra.unsafesystem": "true",
+        **(
+            {}
+            if node.durable
+            else {"cassandra.skip_sync": "true", "cassandra.unsafesystem": "true"}
+        ),
         "cassandra.available_processors": AVAILABLE_PROCESSORS,
         "cassandra.initial_token": node.token,
         "cassandra.native_transport_port": node.port,

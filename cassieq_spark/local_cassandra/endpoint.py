@@ -65,13 +65,18 @@ class Endpoint:
 
 
 def _own_running(
-    base_dir: Path, port: int, nodes: int, heap: str | None, timeout: float
+    base_dir: Path, port: int, nodes: int, heap: str | None, timeout: float, durable: bool
 ) -> LocalCassandra | None:
     """This launcher's cluster under ``base_dir`` if its first node runs for ``port``."""
     recorded = {node.index: node for node in recorded_nodes(base_dir)}
     first = recorded.get(1)
     if first is None or live_pid(first) is None or port not in (first.port, first.requested_port):
         return None
+    if durable and not first.durable:
+        raise CassandraError(
+            f"the embedded node under {base_dir} runs for port {port} without durable mode: "
+            "stop it first (`make cassandra-down`) to restart it durable"
+        )
     return LocalCassandra(
         nodes=max(nodes, first.nodes),
         port=first.port,
@@ -81,6 +86,7 @@ def _own_running(
         cluster_name=first.cluster_name,
         startup_timeout=timeout,
         requested_port=first.requested_port,
+        durable=first.durable,
     )
 
 
@@ -100,15 +106,18 @@ def ensure_cassandra(
     base_dir: Path | str | None = None,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     say: Callable[[str], None] = log.info,
+    durable: bool = False,
 ) -> Endpoint:
     """A Cassandra 5.x answering for ``port``: found or started (see the module docstring).
 
     ``say`` receives one line before a start (which can take a minute) and what was decided.
+    ``durable`` starts nodes that survive a SIGKILL with what they acknowledged (slower writes);
+    an external Cassandra is used as it is.
     Raises CassandraError (one line) when none can be found or started.
     """
     base = Path(base_dir).resolve() if base_dir else DEFAULT_BASE_DIR
     addresses = [node_address(i) for i in range(1, nodes + 1)]
-    own = _own_running(base, port, nodes, heap, startup_timeout)
+    own = _own_running(base, port, nodes, heap, startup_timeout, durable)
     if own is not None:
         ready = own.start()  # waits for CQL; starts any node of the ring that is down
         moved = f" (for port {port}, which is taken)" if own.port != port else ""
@@ -144,6 +153,7 @@ def ensure_cassandra(
         base_dir=base,
         startup_timeout=startup_timeout,
         requested_port=port,
+        durable=durable,
     )
     started = time.monotonic()
     try:
@@ -167,10 +177,11 @@ def cassandra_endpoint(
     storage_port: int = DEFAULT_STORAGE_PORT,
     nodes: int = 1,
     base_dir: Path | str | None = None,
+    durable: bool = False,
 ) -> Iterator[Endpoint]:
     """:func:`ensure_cassandra` as a context: on leaving, stops only the nodes it started."""
     endpoint = ensure_cassandra(
-        port, storage_port=storage_port, nodes=nodes, base_dir=base_dir, say=say
+        port, storage_port=storage_port, nodes=nodes, base_dir=base_dir, say=say, durable=durable
     )
     try:
         yield endpoint
