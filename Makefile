@@ -77,7 +77,7 @@ test-integration: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy cassieq_spark jobs bench
+	$(VENV)/bin/mypy cassieq_spark pyspark_cassieq jobs bench
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -57,3 +57,15 @@ def test_wheel_and_sdist_build_without_warnings_and_the_wheel_installs(tmp_path:
     helped = _run(env_dir / "bin" / "cassieq", "--help", cwd=outside, env=clean)
     assert "usage: cassieq" in helped.stdout
     assert os.access(env_dir / "bin" / "cassieq", os.X_OK)
+    # The lookup package that lets Spark find format("cassieq") without register() ships too.
+    found = _run(
+        python,
+        "-c",
+        "import pkgutil, pyspark_cassieq; "
+        "print(pyspark_cassieq.DefaultSource.name(), "
+        "[m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')])",
+        cwd=outside,
+        env=clean,
+    )
+    assert found.stdout.split()[0] == "cassieq", found.stdout
+    assert "'pyspark_cassieq'" in found.stdout, found.stdout
