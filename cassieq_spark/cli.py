@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="counters and current state of a queue (JSON)")
     s.add_argument("queue")
 
+    for name, what in (
+        ("redrive", "move dead letters back to --to, each exactly once (JSON counts)"),
+        ("move", "move visible messages to --to, each exactly once (JSON counts)"),
+    ):
+        s = sub.add_parser(name, help=what)
+        s.add_argument("queue")
+        s.add_argument("--to", required=True, metavar="QUEUE")
+        s.add_argument("--max", type=int, default=None, metavar="N", help="at most N (default all)")
+        s.add_argument("--visibility-timeout", type=float, default=300.0, metavar="S")
+
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
@@ -182,6 +192,9 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         _dump([m.as_dict() for m in client.peek(args.queue, args.limit)])
     elif cmd == "stats":
         _dump(client.stats(args.queue))
+    elif cmd in ("redrive", "move"):
+        mover = client.redrive if cmd == "redrive" else client.move
+        _dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
     elif cmd == "repair":
         _dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
     return EXIT_OK

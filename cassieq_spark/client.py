@@ -39,6 +39,7 @@ from .engine.messages import (
     read_range,
     to_bytes,
 )
+from .engine.moves import MoveReport, move_messages
 from .engine.producer import enqueue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
@@ -250,6 +251,50 @@ class QueueClient:
         returns a new receipt."""
         return self._consumer.change_visibility(
             self._queue(queue), pop_receipt, visibility_seconds(timeout, "timeout", zero=True)
+        )
+
+    # -- moving between queues -----------------------------------------------------------------
+
+    def redrive(
+        self,
+        dead_letter_queue: str,
+        to: str,
+        max_messages: int | None = None,
+        visibility_timeout: float = 300.0,
+    ) -> MoveReport:
+        """Move dead letters back to ``to``, each exactly once, keeping their provenance
+        headers and counting redrives in ``cassieq-redrive-count``."""
+        return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
+
+    def move(
+        self,
+        queue: str,
+        to: str,
+        max_messages: int | None = None,
+        visibility_timeout: float = 300.0,
+    ) -> MoveReport:
+        """Move visible messages of ``queue`` to ``to``, each exactly once (header
+        ``cassieq-moved-from`` names the source)."""
+        return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
+
+    def _move(
+        self, source: str, to: str, max_messages: int | None, vt: float, *, redrive: bool
+    ) -> MoveReport:
+        if max_messages is not None and (
+            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
+        ):
+            raise ConfigError(
+                f"max_messages must be a positive integer or None, got {max_messages!r}"
+            )
+        return move_messages(
+            self.conn,
+            self.counters,
+            self._consumer,
+            self._queue(source),
+            self._queue(to),
+            max_messages=max_messages,
+            visibility_timeout=visibility_seconds(vt),
+            redrive=redrive,
         )
 
     # -- looking ------------------------------------------------------------------------------
