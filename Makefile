@@ -32,7 +32,8 @@ $(JARS_STAMP): conf/pom.xml
 
 cassandra-up: setup
 	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
-	  $(if $(filter 1 yes true,$(DURABLE)),--durable)
+	  $(if $(filter 1 yes true,$(DURABLE)),--durable) $(if $(filter 1 yes true,$(AUTH)),--auth) \
+	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:
 	$(PY) -m cassieq_spark.local_cassandra down

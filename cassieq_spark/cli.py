@@ -12,7 +12,12 @@ import sys
 from collections.abc import Sequence
 
 from .client import QueueClient
-from .config import add_connection_flags, connection_from_options, options_from_flags
+from .config import (
+    add_connection_flags,
+    connection_from_options,
+    options_from_flags,
+    read_password_file,
+)
 from .engine.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
 from .validate import (
@@ -55,7 +60,8 @@ limits (the same in the Python client, the Spark options and the repair job):
   --replication-factor  1 to {MAX_REPLICATION_FACTOR}, and no more than the cluster's nodes can serve
 
 connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
-CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD, CASSIEQ_SSL, CASSIEQ_CONSISTENCY.
+CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD (or CASSIEQ_PASSWORD_FILE), CASSIEQ_SSL,
+CASSIEQ_SSL_CA_FILE, CASSIEQ_SSL_CERT_FILE, CASSIEQ_SSL_KEY_FILE, CASSIEQ_SSL_VERIFY, CASSIEQ_CONSISTENCY.
 """
 
 
@@ -92,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="of a new keyspace (default 1); an existing keyspace with another is an error",
     )
+    s.add_argument("--app-role", metavar="NAME", help="also create this role: SELECT, MODIFY only")
+    s.add_argument("--app-password-file", metavar="FILE", help="the app role's password (line 1)")
 
     s = sub.add_parser("create-queue", help="create a queue")
     s.add_argument("name")
@@ -156,7 +164,14 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 def _run(args: argparse.Namespace, client: QueueClient) -> int:
     cmd = args.command
     if cmd == "bootstrap":
-        version = client.bootstrap(args.create_keyspace, args.replication_factor)
+        if (args.app_role is None) != (args.app_password_file is None):
+            raise ConfigError("--app-role and --app-password-file go together: give both")
+        app_password = (
+            read_password_file(args.app_password_file) if args.app_password_file else None
+        )
+        version = client.bootstrap(
+            args.create_keyspace, args.replication_factor, args.app_role, app_password
+        )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":
         kw = {} if args.bucket_size is None else {"bucket_size": args.bucket_size}

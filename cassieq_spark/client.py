@@ -17,6 +17,8 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+from cassandra import Unauthorized
+
 from .config import (
     ConnectionConfig,
     check_cluster,
@@ -43,13 +45,20 @@ from .engine.moves import MoveReport, move_messages
 from .engine.producer import enqueue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
+from .engine.roles import create_app_role
 from .engine.session import Connection
 from .engine.stats import stats as queue_stats
-from .errors import ConfigError
+from .errors import ConfigError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
 QUEUE_CACHE_SECONDS = 5.0
+
+
+def _server_message(exc: Exception) -> str:
+    """The server's own words from a driver error (``message="..."``), else the error."""
+    text = str(exc)
+    return text.split('message="', 1)[1].rstrip('"') if 'message="' in text else text
 
 
 class QueueClient:
@@ -115,23 +124,43 @@ class QueueClient:
     # -- schema and queues ----------------------------------------------------------------------
 
     def bootstrap(
-        self, create_keyspace: bool = False, replication_factor: int | None = None
+        self,
+        create_keyspace: bool = False,
+        replication_factor: int | None = None,
+        app_role: str | None = None,
+        app_password: str | None = None,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
 
         ``replication_factor`` (with ``create_keyspace``): of a new keyspace (default 1),
         refused before anything is created if the live nodes cannot serve it; for an existing
-        keyspace, an error if it has another one (bootstrap never changes replication)."""
+        keyspace, an error if it has another one (bootstrap never changes replication).
+
+        ``app_role``/``app_password``: also create that login role with SELECT and MODIFY on the
+        keyspace only (enough for everything but schema changes; run this as an admin)."""
+        if (app_role is None) != (app_password is None):
+            raise ConfigError("app_role and app_password go together: give both or neither")
         if replication_factor is not None and not create_keyspace:
             raise ConfigError(
                 "a replication factor only applies when bootstrap creates the keyspace; add "
                 "create_keyspace=True (--create-keyspace), or leave it out"
             )
-        if create_keyspace:
-            schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
-        version = schema.bootstrap(self.conn.session, self.config.keyspace)
-        # The keyspace may be new: the check made at connect time had nothing to look at.
-        check_cluster(self.config, self.conn.cluster.metadata)
+        try:
+            if create_keyspace:
+                schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
+            version = schema.bootstrap(self.conn.session, self.config.keyspace)
+            # The keyspace may be new: the check made at connect time had nothing to look at.
+            check_cluster(self.config, self.conn.cluster.metadata)
+            if app_role is not None and app_password is not None:
+                create_app_role(self.conn.session, self.config.keyspace, app_role, app_password)
+        except Unauthorized as exc:
+            who = f"role {self.config.username!r}" if self.config.username else "this client"
+            raise PermissionDeniedError(
+                f"{who} may not change the schema of keyspace {self.config.keyspace!r} "
+                f"({_server_message(exc)}): bootstrap needs CREATE and ALTER on the keyspace "
+                "(and CREATE on ALL KEYSPACES to create it, AUTHORIZE and CREATE on ALL ROLES for "
+                "--app-role); run it as an admin role"
+            ) from None
         return version
 
     def create_queue(

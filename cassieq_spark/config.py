@@ -129,12 +129,31 @@ class ConnectionConfig:
             return self.ssl_context_override
         if not self.ssl_enabled:
             return None
-        ctx = ssl.create_default_context(cafile=self.ssl_ca_file)
+        for option, path in (
+            ("sslCaFile", self.ssl_ca_file),
+            ("sslCertFile", self.ssl_cert_file),
+            ("sslKeyFile", self.ssl_key_file),
+        ):
+            if path is not None and not os.access(path, os.R_OK):
+                why = "does not exist" if not os.path.exists(path) else "is not readable"
+                raise ConfigError(f"option {option!r}: {path!r} {why}; give a readable PEM file")
+        try:
+            ctx = ssl.create_default_context(cafile=self.ssl_ca_file)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"option 'sslCaFile': {self.ssl_ca_file!r} holds no usable CA certificate ({exc})"
+            ) from None
         if not self.ssl_verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         if self.ssl_cert_file:
-            ctx.load_cert_chain(self.ssl_cert_file, self.ssl_key_file)
+            try:
+                ctx.load_cert_chain(self.ssl_cert_file, self.ssl_key_file)
+            except ssl.SSLError as exc:
+                raise ConfigError(
+                    f"options 'sslCertFile'/'sslKeyFile': {self.ssl_cert_file!r} and its key do "
+                    f"not make a usable client certificate ({exc})"
+                ) from None
         return ctx
 
 
@@ -179,6 +198,7 @@ CONNECTION_OPTIONS = {
     "localdc": "localDc",
     "username": "username",
     "password": "password",
+    "passwordfile": "passwordFile",
     "ssl": "ssl",
     "sslcafile": "sslCaFile",
     "sslcertfile": "sslCertFile",
@@ -213,8 +233,12 @@ def connection_from_options(
         kw["local_dc"] = str(o["localdc"])
     if "username" in o:
         kw["username"] = str(o["username"])
+    if "password" in o and "passwordfile" in o:
+        raise ConfigError("options 'password' and 'passwordFile' exclude each other: give one")
     if "password" in o:
         kw["password"] = str(o["password"])
+    if "passwordfile" in o:
+        kw["password"] = read_password_file(str(o["passwordfile"]))
     if "ssl" in o:
         kw["ssl_enabled"] = _parse_bool("ssl", o["ssl"])
     for opt, fld in (
@@ -237,6 +261,26 @@ def connection_from_options(
     return ConnectionConfig(**kw)
 
 
+def read_password_file(path: str) -> str:
+    """The password in ``path`` (its first line), read where the connection is made: on a Spark
+    cluster the file must be there on every executor too (ship it with ``--files``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(
+            f"option 'passwordFile': cannot read {path!r} ({exc.strerror or exc}); give a "
+            "readable file whose first line is the password"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"option 'passwordFile': {path!r} is not UTF-8 text") from None
+    if not lines or not lines[0]:
+        raise ConfigError(
+            f"option 'passwordFile': {path!r} is empty; its first line is the password"
+        )
+    return lines[0]
+
+
 ENV_PREFIX = "CASSIEQ_"
 
 
@@ -250,7 +294,12 @@ def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         "LOCAL_DC": "localDc",
         "USERNAME": "username",
         "PASSWORD": "password",
+        "PASSWORD_FILE": "passwordFile",
         "SSL": "ssl",
+        "SSL_CA_FILE": "sslCaFile",
+        "SSL_CERT_FILE": "sslCertFile",
+        "SSL_KEY_FILE": "sslKeyFile",
+        "SSL_VERIFY": "sslVerify",
         "CONSISTENCY": "consistency",
     }
     return {opt: env[ENV_PREFIX + k] for k, opt in names.items() if env.get(ENV_PREFIX + k)}
@@ -265,6 +314,12 @@ _FLAGS = (
     ("local_dc", "localDc"),
     ("username", "username"),
     ("password", "password"),
+    ("password_file", "passwordFile"),
+    ("ssl", "ssl"),
+    ("ssl_ca_file", "sslCaFile"),
+    ("ssl_cert_file", "sslCertFile"),
+    ("ssl_key_file", "sslKeyFile"),
+    ("ssl_verify", "sslVerify"),
 )
 
 
@@ -276,7 +331,15 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
     g.add_argument("--local-dc", help="the local data center of this client")
     g.add_argument("--username")
-    g.add_argument("--password", help="better given as CASSIEQ_PASSWORD (not visible in ps)")
+    g.add_argument("--password", help="better --password-file or CASSIEQ_PASSWORD (ps shows flags)")
+    g.add_argument(
+        "--password-file", metavar="FILE", help="a file whose first line is the password"
+    )
+    g.add_argument("--ssl", choices=("true", "false"), help="TLS to Cassandra (default false)")
+    g.add_argument("--ssl-ca-file", metavar="PEM", help="CA certificates to trust")
+    g.add_argument("--ssl-cert-file", metavar="PEM", help="client certificate (mutual TLS)")
+    g.add_argument("--ssl-key-file", metavar="PEM", help="client key (mutual TLS)")
+    g.add_argument("--ssl-verify", choices=("true", "false"), help="check the node's certificate")
 
 
 def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
@@ -285,6 +348,9 @@ def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
     for flag, name in _FLAGS:
         value = getattr(args, flag, None)
         if value is not None:
+            if name in ("password", "passwordFile"):  # a flag beats either variable
+                opts.pop("password", None)
+                opts.pop("passwordFile", None)
             opts[name] = value
     return opts
 

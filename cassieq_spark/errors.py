@@ -60,6 +60,10 @@ class ConnectionFailedError(CassieQError):
     """The Cassandra cluster could not be reached or refused the credentials."""
 
 
+class PermissionDeniedError(CassieQError):
+    """The role lacks a permission; the message names it (schema commands need an admin)."""
+
+
 class ContentionError(CassieQError):
     """A lightweight transaction lost too many races in a row; retry later."""
 

@@ -193,9 +193,10 @@ class Connection:
                 raise ConnectionFailedError(
                     f"Cassandra at {config.describe()} rejected the credentials; check username/password"
                 ) from exc
+            first = _first_error(exc)
             raise ConnectionFailedError(
-                f"cannot reach Cassandra at {config.describe()}: {_first_error(exc)}; check "
-                "contactPoints/port and that the cluster is up (`make cassandra-up` for a local one)"
+                f"cannot reach Cassandra at {config.describe()}: {first}; "
+                f"{_tls_hint(first, config.ssl_enabled)}"
             ) from exc
         except Exception as exc:  # driver raises OSError and friends for bad hosts
             self.cluster.shutdown()
@@ -301,6 +302,25 @@ class Connection:
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
+
+
+# What a TLS mismatch looks like from the client's side, and what the user should change.
+_TLS_HINTS = (
+    ("CERTIFICATE_VERIFY_FAILED", "the node's certificate is not signed by a CA in sslCaFile "
+     "(or does not name this host): give the CA that signed it, or sslVerify=false to test"),
+    ("WRONG_VERSION_NUMBER", "this port does not speak TLS: set ssl=false, or use the TLS port"),
+    ("Connection reset by peer", "a node that requires TLS resets plaintext clients: set "
+     "ssl=true and sslCaFile, or check contactPoints/port"),
+)  # fmt: skip
+
+
+def _tls_hint(error: str, ssl_enabled: bool) -> str:
+    for marker, hint in _TLS_HINTS:
+        if marker in error and (ssl_enabled or marker == "Connection reset by peer"):
+            return hint
+    return (
+        "check contactPoints/port and that the cluster is up (`make cassandra-up` for a local one)"
+    )
 
 
 def _first_error(exc: NoHostAvailable) -> str:

@@ -72,6 +72,17 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="sync the commitlog before acknowledging (survives SIGKILL; slower writes)",
     )
+    up.add_argument(
+        "--auth",
+        action="store_true",
+        help="password authentication (superuser cassandra/cassandra)",
+    )
+    up.add_argument(
+        "--tls",
+        choices=("on", "mutual"),
+        default=None,
+        help="require TLS on the CQL port (mutual: clients need the client certificate too)",
+    )
     for name in ("up", "down", "status"):
         p = up if name == "up" else sub.add_parser(name)
         p.add_argument("--base-dir", default=str(DEFAULT_BASE_DIR))
@@ -98,12 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 startup_timeout=args.timeout,
                 say=_out,
                 durable=args.durable,
+                auth=args.auth,
+                tls=args.tls,
             )
         except Exception as exc:  # every failure is one line unless DEBUG=1
             report_failure("cassandra-up failed", exc)
             return 1
         for ready in endpoint.ready:
             _out(ready.describe())
+        launcher = endpoint.launcher
+        if launcher is not None and launcher.auth:
+            _out("password authentication on: superuser cassandra/cassandra (local use only)")
+        if launcher is not None and launcher.tls:
+            _out(
+                f"TLS ({launcher.tls}) required; ca.pem, client.pem, client.key in {launcher.tls_dir}"
+            )
         return 0
 
     if args.command == "down":

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import shutil
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from .config import (
     DEFAULT_BASE_DIR,
@@ -34,6 +36,7 @@ from .process import (
     stop,
 )
 from .ring import start_joining, wait_ring
+from .security import SUPERUSER, TlsFiles, check_tls_mode, ensure_tls_files
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class LocalCassandra:
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         requested_port: int | None = None,
         durable: bool = False,
+        auth: bool = False,
+        tls: bool | str | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
@@ -89,6 +94,8 @@ class LocalCassandra:
         self.startup_timeout = startup_timeout
         self.requested_port = requested_port if requested_port != port else None
         self.durable = durable
+        self.auth = auth
+        self.tls = check_tls_mode(tls)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._started_here: list[int] = []
 
@@ -118,7 +125,48 @@ class LocalCassandra:
             self.cluster_name,
             self.requested_port,
             self.durable,
+            self.auth,
+            self.tls,
         )
+
+    # --- security ------------------------------------------------------------------------------
+    @property
+    def tls_dir(self) -> Path:
+        """Where ``ca.pem``, ``client.pem`` and ``client.key`` are (made at the first start)."""
+        return self.node(1).tls_dir
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context that trusts this node's CA (with the client certificate if mutual)."""
+        if self.tls is None:
+            return None
+        files = TlsFiles(self.tls_dir)
+        ctx = ssl.create_default_context(cafile=str(files.ca))
+        if self.tls == "mutual":
+            ctx.load_cert_chain(str(files.client_cert), str(files.client_key))
+        return ctx
+
+    def probe_connect(self) -> dict[str, Any]:
+        """Driver arguments the readiness checks need for this node's auth and TLS."""
+        connect: dict[str, Any] = {}
+        if self.auth:
+            from cassandra.auth import PlainTextAuthProvider
+
+            connect["auth_provider"] = PlainTextAuthProvider(*SUPERUSER)
+        if self.tls is not None:
+            connect["ssl_context"] = self.ssl_context()
+        return connect
+
+    def client_options(self) -> dict[str, str]:
+        """Spark-style connection options for this node as the superuser (local use only)."""
+        options = {"contactPoints": ",".join(self.contact_points), "port": str(self._port)}
+        if self.auth:
+            options.update(username=SUPERUSER[0], password=SUPERUSER[1])
+        if self.tls is not None:
+            files = TlsFiles(self.tls_dir)
+            options.update(ssl="true", sslCaFile=str(files.ca))
+            if self.tls == "mutual":
+                options.update(sslCertFile=str(files.client_cert), sslKeyFile=str(files.client_key))
+        return options
 
     # --- state -------------------------------------------------------------------------------
     def pid(self, index: int) -> int | None:
@@ -132,7 +180,8 @@ class LocalCassandra:
         node = self.node(index)
         return (
             self.pid(index) is not None
-            and query_release_version(node.address, node.port) is not None
+            and query_release_version(node.address, node.port, connect=self.probe_connect())
+            is not None
         )
 
     def is_running(self) -> bool:
@@ -175,6 +224,8 @@ class LocalCassandra:
                     f"{node.address}:{port} is in use by a process this launcher did not start: "
                     "stop it or choose other ports (--port, --storage-port)"
                 )
+        if node.tls is not None:
+            ensure_tls_files(node.tls_dir)
         proc = spawn(node, java, self.heap)
         self._procs[index] = proc
         try:
@@ -199,7 +250,7 @@ class LocalCassandra:
             exited = proc.poll() is not None if proc else live_pid(node) is None
             if exited:
                 raise startup_failure(node, "the Cassandra process exited during startup")
-            if query_release_version(node.address, node.port) is not None:
+            if query_release_version(node.address, node.port, connect=self.probe_connect()):
                 return
             if time.monotonic() > deadline:
                 raise startup_failure(node, f"no CQL answer within {self.startup_timeout:.0f} s")
@@ -210,7 +261,7 @@ class LocalCassandra:
         running = [
             self.node(i).address for i in range(1, self.nodes + 1) if self.is_node_running(i)
         ]
-        wait_ring(running, self._port, deadline)
+        wait_ring(running, self._port, deadline, self.probe_connect())
 
     def stop_node(self, index: int, timeout: float = STOP_TIMEOUT) -> bool:
         """SIGTERM the recorded process of node ``index``, SIGKILL after ``timeout``.
@@ -276,6 +327,8 @@ def recorded_nodes(base_dir: Path = DEFAULT_BASE_DIR) -> list[NodeConfig]:
                 cluster_name=str(record["cluster_name"]),
                 requested_port=None if requested is None else int(requested),  # type: ignore[call-overload]
                 durable=bool(record.get("durable", False)),
+                auth=bool(record.get("auth", False)),
+                tls=check_tls_mode(record.get("tls")),
             )
         )
     return nodes

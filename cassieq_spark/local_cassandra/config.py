@@ -85,6 +85,13 @@ class NodeConfig:
     cluster_name: str
     requested_port: int | None = None
     durable: bool = False
+    auth: bool = False
+    tls: str | None = None  # None, "on" or "mutual" (see security.py)
+
+    @property
+    def tls_dir(self) -> Path:
+        """Shared by the nodes of a cluster: one CA, one node certificate for all addresses."""
+        return self.base_dir / "tls"
 
     @property
     def address(self) -> str:
@@ -126,13 +133,21 @@ class NodeConfig:
             record["requested_port"] = self.requested_port
         if self.durable:
             record["durable"] = True
+        if self.auth:
+            record["auth"] = True
+        if self.tls:
+            record["tls"] = self.tls
         return record
 
 
 def render_yaml(node: NodeConfig, template: str | None = None) -> str:
     """Fill conf/cassandra.yaml (or ``template``) for one node."""
+    from .security import TlsFiles, auth_yaml, tls_yaml  # security.py imports this module
+
     text = template if template is not None else (CONF_DIR / "cassandra.yaml").read_text()
     return Template(text).substitute(
+        authentication=auth_yaml(node.auth),
+        client_encryption=tls_yaml(node.tls, TlsFiles(node.tls_dir)),
         cluster_name=node.cluster_name,
         initial_token=node.token,
         seeds=SEED_ADDRESS,

@@ -32,6 +32,7 @@ from .config import (
 )
 from .probe import free_port, port_free, port_open, query_release_version
 from .process import live_pid
+from .security import check_tls_mode
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,14 @@ class Endpoint:
 
 
 def _own_running(
-    base_dir: Path, port: int, nodes: int, heap: str | None, timeout: float, durable: bool
+    base_dir: Path,
+    port: int,
+    nodes: int,
+    heap: str | None,
+    timeout: float,
+    durable: bool,
+    auth: bool,
+    tls: str | None,
 ) -> LocalCassandra | None:
     """This launcher's cluster under ``base_dir`` if its first node runs for ``port``."""
     recorded = {node.index: node for node in recorded_nodes(base_dir)}
@@ -77,6 +85,12 @@ def _own_running(
             f"the embedded node under {base_dir} runs for port {port} without durable mode: "
             "stop it first (`make cassandra-down`) to restart it durable"
         )
+    if (auth, tls) != (first.auth, first.tls):
+        raise CassandraError(
+            f"the embedded node under {base_dir} runs for port {port} with auth={first.auth}, "
+            f"tls={first.tls}, not auth={auth}, tls={tls}: stop it first (`make cassandra-down`), "
+            "or use another port and --base-dir for a secured node beside it"
+        )
     return LocalCassandra(
         nodes=max(nodes, first.nodes),
         port=first.port,
@@ -87,6 +101,8 @@ def _own_running(
         startup_timeout=timeout,
         requested_port=first.requested_port,
         durable=first.durable,
+        auth=first.auth,
+        tls=first.tls,
     )
 
 
@@ -107,6 +123,8 @@ def ensure_cassandra(
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     say: Callable[[str], None] = log.info,
     durable: bool = False,
+    auth: bool = False,
+    tls: bool | str | None = None,
 ) -> Endpoint:
     """A Cassandra 5.x answering for ``port``: found or started (see the module docstring).
 
@@ -117,7 +135,8 @@ def ensure_cassandra(
     """
     base = Path(base_dir).resolve() if base_dir else DEFAULT_BASE_DIR
     addresses = [node_address(i) for i in range(1, nodes + 1)]
-    own = _own_running(base, port, nodes, heap, startup_timeout, durable)
+    tls_mode = check_tls_mode(tls)
+    own = _own_running(base, port, nodes, heap, startup_timeout, durable, auth, tls_mode)
     if own is not None:
         ready = own.start()  # waits for CQL; starts any node of the ring that is down
         moved = f" (for port {port}, which is taken)" if own.port != port else ""
@@ -154,6 +173,8 @@ def ensure_cassandra(
         startup_timeout=startup_timeout,
         requested_port=port,
         durable=durable,
+        auth=auth,
+        tls=tls_mode,
     )
     started = time.monotonic()
     try:
@@ -178,10 +199,19 @@ def cassandra_endpoint(
     nodes: int = 1,
     base_dir: Path | str | None = None,
     durable: bool = False,
+    auth: bool = False,
+    tls: bool | str | None = None,
 ) -> Iterator[Endpoint]:
     """:func:`ensure_cassandra` as a context: on leaving, stops only the nodes it started."""
     endpoint = ensure_cassandra(
-        port, storage_port=storage_port, nodes=nodes, base_dir=base_dir, say=say, durable=durable
+        port,
+        storage_port=storage_port,
+        nodes=nodes,
+        base_dir=base_dir,
+        say=say,
+        durable=durable,
+        auth=auth,
+        tls=tls,
     )
     try:
         yield endpoint

@@ -56,8 +56,17 @@ def free_port(addresses: Iterable[str], above: int, avoid: Iterable[int] = ()) -
     raise OSError(f"no free port on {', '.join(addresses)}")
 
 
-def query_node(address: str, port: int, cql: str, timeout: float = 5.0) -> list[Any] | None:
-    """Rows of ``cql`` run on the node at address:port itself, or None if it does not answer."""
+def query_node(
+    address: str,
+    port: int,
+    cql: str,
+    timeout: float = 5.0,
+    connect: dict[str, Any] | None = None,
+) -> list[Any] | None:
+    """Rows of ``cql`` run on the node at address:port itself, or None if it does not answer.
+
+    ``connect``: more arguments for the driver's Cluster (credentials, TLS) of a secured node.
+    """
     if not port_open(address, port):
         return None
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
@@ -73,6 +82,7 @@ def query_node(address: str, port: int, cql: str, timeout: float = 5.0) -> list[
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=timeout,
         control_connection_timeout=timeout,
+        **(connect or {}),
     )
     try:
         return list(cluster.connect().execute(cql))
@@ -83,13 +93,17 @@ def query_node(address: str, port: int, cql: str, timeout: float = 5.0) -> list[
         cluster.shutdown()
 
 
-def query_release_version(address: str, port: int, timeout: float = 5.0) -> str | None:
+def query_release_version(
+    address: str, port: int, timeout: float = 5.0, connect: dict[str, Any] | None = None
+) -> str | None:
     """``release_version`` of the node at address:port through CQL, or None if it does not answer."""
-    rows = query_node(address, port, "SELECT release_version FROM system.local", timeout)
+    rows = query_node(address, port, "SELECT release_version FROM system.local", timeout, connect)
     return rows[0].release_version if rows else None
 
 
-def query_peers(address: str, port: int, timeout: float = 5.0) -> set[str] | None:
+def query_peers(
+    address: str, port: int, timeout: float = 5.0, connect: dict[str, Any] | None = None
+) -> set[str] | None:
     """Addresses in the ``system.peers`` table of the node at address:port, or None."""
-    rows = query_node(address, port, "SELECT peer FROM system.peers", timeout)
+    rows = query_node(address, port, "SELECT peer FROM system.peers", timeout, connect)
     return None if rows is None else {str(row.peer) for row in rows}

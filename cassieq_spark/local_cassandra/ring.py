@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .config import CassandraError, NodeConfig
 from .probe import query_peers
@@ -42,13 +42,15 @@ def start_joining(
     raise AssertionError("unreachable")
 
 
-def wait_ring(addresses: Iterable[str], port: int, deadline: float) -> None:
+def wait_ring(
+    addresses: Iterable[str], port: int, deadline: float, connect: dict[str, Any] | None = None
+) -> None:
     """Wait until every address lists every other one in its system.peers."""
     running = set(addresses)
     while True:
         missing = {}
         for address in sorted(running):
-            peers = query_peers(address, port)
+            peers = query_peers(address, port, connect=connect)
             if peers is None or not running - {address} <= peers:
                 missing[address] = running - {address} - (peers or set())
         if not missing:

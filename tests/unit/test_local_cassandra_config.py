@@ -131,7 +131,9 @@ def test_template_has_no_unfilled_placeholder(tmp_path: Path) -> None:
     assert "${" not in text
     template_keys = {k for k in parse((CONF_DIR / "cassandra.yaml").read_text()) if "${" not in k}
     # The commitlog lines are a placeholder of their own (they differ in durable mode).
-    assert template_keys | {"commitlog_sync", "commitlog_sync_period"} == set(parse(text))
+    placeholders = {"commitlog_sync", "commitlog_sync_period", "authenticator", "authorizer"}
+    placeholders.add("client_encryption_options")
+    assert template_keys | placeholders == set(parse(text))
 
 
 def test_jvm_args_contain_required_flags(tmp_path: Path, lib_dir: Path) -> None:
@@ -210,3 +212,28 @@ def test_durable_node_syncs_before_acknowledging(tmp_path: Path, lib_dir: Path) 
     assert not any("skip_sync" in a or "unsafesystem" in a for a in durable_props)
     assert durable.record()["durable"] is True and "durable" not in fast.record()
     assert LocalCassandra(base_dir=tmp_path, durable=True).node(1).durable
+
+
+def test_secured_node_requires_passwords_and_tls(tmp_path: Path) -> None:
+    open_conf = parse(render_yaml(NodeConfig(1, 1, 9042, 7000, tmp_path, "unit-test")))
+    assert open_conf["authenticator"] == "AllowAllAuthenticator"
+    secured = NodeConfig(1, 1, 9042, 7000, tmp_path, "unit-test", auth=True, tls="mutual")
+    text = render_yaml(secured)
+    conf = parse(text)
+    assert conf["authenticator"] == "PasswordAuthenticator"
+    assert conf["authorizer"] == "CassandraAuthorizer"
+    assert conf["role_manager"] == "CassandraRoleManager"
+    tls = text.split("client_encryption_options:", 1)[1]
+    for line in (
+        "enabled: true",
+        "optional: false",  # no plaintext client on the CQL port
+        "require_client_auth: true",
+        f"keystore: {(tmp_path / 'tls' / 'node.p12').as_posix()}",
+        f"truststore: {(tmp_path / 'tls' / 'truststore.p12').as_posix()}",
+    ):
+        assert f"\n  {line}\n" in tls, line
+    assert secured.record()["auth"] is True and secured.record()["tls"] == "mutual"
+    server_only = render_yaml(NodeConfig(1, 1, 9042, 7000, tmp_path, "unit-test", tls="on"))
+    assert "require_client_auth: false" in server_only and "truststore:" not in server_only
+    with pytest.raises(ValueError, match="tls must be"):
+        LocalCassandra(base_dir=tmp_path, tls="yes please")
