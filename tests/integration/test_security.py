@@ -218,3 +218,57 @@ def test_spark_round_trip_and_repair_with_the_app_role_over_tls_leak_nothing(
     assert repair.returncode == 0, repair.stderr[-3000:]
     assert _leaks(repair.stdout) == 0 and _leaks(repair.stderr) == 0
     assert json.loads(repair.stdout.strip().splitlines()[-1])
+
+
+def test_spark_fails_at_load_in_one_line_and_reads_the_password_file(
+    spark, app_options, tmp_path
+) -> None:
+    queue = f"q_{uuid.uuid4().hex[:10]}"
+    with QueueClient.from_options(app_options) as app:
+        app.create_queue(queue)
+        app.put(queue, b"hello")
+    inline = {k: v for k, v in app_options.items() if k != "passwordFile"}
+    wrong = {**inline, "password": APP_PASSWORD + "-wrong", "queue": queue}
+    with pytest.raises(Exception) as info:
+        spark.read.format("cassieq").options(**wrong).load().collect()
+    text = str(info.value)
+    assert f"127.0.0.1:{PORT}" in text and "rejected the credentials" in text
+    assert APP_PASSWORD not in text  # not even the wrong password's prefix is echoed
+    rows = spark.read.format("cassieq").options(**app_options, queue=queue).load().collect()
+    assert [bytes(r.value) for r in rows] == [b"hello"]  # passwordFile as a Spark option
+
+
+def test_mutual_tls_needs_the_client_certificate(tmp_path) -> None:
+    node = LocalCassandra(
+        port=PORT + 1,
+        storage_port=STORAGE_PORT + 1,
+        base_dir=STATE_DIR / "secured-mutual-test",
+        tls="mutual",
+    )
+    node.start()
+    try:
+        options = node.client_options()
+        assert {"sslCertFile", "sslKeyFile"} <= set(options)
+        with QueueClient.from_options(options) as client:
+            assert client.conn.session.execute("SELECT key FROM system.local").one()
+        without = {k: v for k, v in options.items() if k not in ("sslCertFile", "sslKeyFile")}
+        message = _fails(without, ConnectionFailedError)
+        assert f"127.0.0.1:{PORT + 1}" in message
+    finally:
+        node.stop_started_here()
+
+
+def test_cli_debug_output_never_shows_the_password(app_options) -> None:
+    cli = [
+        sys.executable, "-m", "cassieq_spark", "--debug", "--contact-points", "127.0.0.1",
+        "--port", str(PORT), "--keyspace", KEYSPACE, "--username", APP_ROLE,
+        "--password", APP_PASSWORD, "--ssl", "true", "--ssl-ca-file", app_options["sslCaFile"],
+    ]  # fmt: skip
+    ok = subprocess.run([*cli, "list-queues"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "DEBUG" in ok.stderr, ok.stderr[-2000:]
+    failed = subprocess.run(
+        [*cli, "get", "no_such_queue"], capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode != 0 and "Traceback" in failed.stderr  # --debug shows it
+    for out in (ok.stdout, ok.stderr, failed.stdout, failed.stderr):
+        assert _leaks(out) == 0
