@@ -3,12 +3,26 @@
 Counter updates are not idempotent: a write that times out and is retried may count twice.
 Each is done once per operation (per block for puts, per batch for the Spark source), never on
 a retry path, so the totals are exact unless Cassandra itself times out.
+
+A counter update that fails (a replica killed mid-write: Cassandra writes counters through one
+leader replica at ONE, so one lost node can time them out) is logged and dropped, never raised:
+the message operation it follows has already happened, and an error would make its caller
+repeat it (a second copy of a put). The totals are then off by that update; the live figures of
+``stats`` (backlog, in flight) are read from the messages and stay exact.
 """
 
 from __future__ import annotations
 
+import logging
+
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout
+from cassandra.cluster import NoHostAvailable
+
 from .queues import QueueInfo
 from .session import Connection
+
+log = logging.getLogger(__name__)
+COUNTER_FAILURES = (WriteTimeout, Unavailable, OperationTimedOut, NoHostAvailable)
 
 NAMES = ("enqueued", "acked", "dead_lettered", "dropped", "republished", "lost")
 
@@ -20,10 +34,20 @@ class Counters:
     def add(self, queue: QueueInfo, name: str, n: int) -> None:
         if name not in NAMES:
             raise ValueError(name)
-        if n:
+        if not n:
+            return
+        try:
             self.conn.execute(
                 f"UPDATE {{ks}}.counters SET {name} = {name} + ? WHERE queue_id = ?",
                 (n, queue.queue_id),
+            )
+        except COUNTER_FAILURES as exc:
+            log.warning(
+                "queue %s: counter %s += %d may not be recorded (%s); the total is off by it",
+                queue.name,
+                name,
+                n,
+                type(exc).__name__,
             )
 
     def read(self, queue: QueueInfo) -> dict[str, int]:

@@ -258,6 +258,9 @@ def write_messages(
                 if batch is not None:
                     pipe.submit(batch)
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                # Upserts of rows at ids this writer reserved: sending one twice is harmless,
+                # so the retry policy may re-send it after a timeout or a lost connection.
+                batch.is_idempotent = True
                 # The first row goes through the public API: it sets the batch's routing key
                 # (the bucket's partition) for token-aware routing.
                 bound = BoundStatement(stmt)

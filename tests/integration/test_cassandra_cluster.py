@@ -1,4 +1,5 @@
-"""A real 3-node cluster on 127.0.0.1-3 survives the graceful loss of one node at QUORUM.
+"""A real 3-node cluster on 127.0.0.1-3 survives the graceful loss of one node at QUORUM, and the
+queue's clients ride through a node killed with SIGKILL and restarted.
 
 The cluster uses its own ports (CQL 19042, storage 17000) and directory (.cassandra/cluster), so it
 runs beside the single development node on 127.0.0.1:9042/7000.
@@ -35,6 +36,7 @@ def local_cluster() -> Iterator[LocalCassandra]:
         storage_port=CLUSTER_STORAGE_PORT,
         heap="384M",
         base_dir=STATE_DIR / "cluster",
+        durable=True,  # a SIGKILLed node must come back with what it acknowledged
     )
     if not any(cluster.is_node_running(i) for i in range(1, NODES + 1)):
         cluster.wipe()  # a fresh ring every time nobody is using it
@@ -149,3 +151,112 @@ def test_quorum_survives_one_node_down_and_the_node_rejoins(
     finally:
         node3.shutdown()
     session.execute(f"DROP KEYSPACE {keyspace}")
+
+
+# -- the queue's clients through a node loss ------------------------------------------------------
+
+RUN_SECONDS = 40.0
+KILL_AT, RESTART_AT = 8.0, 25.0
+
+
+def _produce(options: dict[str, str], queue: str, tag: str, out) -> None:
+    from cassieq_spark import QueueClient
+
+    sent: list[str] = []
+    errors: list[str] = []
+    with QueueClient.from_options(options) as client:
+        deadline = time.monotonic() + RUN_SECONDS
+        i = 0
+        while time.monotonic() < deadline:
+            batch = [f"{tag}-{i}-{k}" for k in range(10 if i % 2 else 1)]
+            try:
+                if len(batch) == 1:
+                    client.put(queue, batch[0].encode())
+                else:
+                    client.put_many(queue, [b.encode() for b in batch])
+                sent.extend(batch)
+            except Exception as exc:  # the test fails on any; it records which
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            i += 1
+    out.put(("producer", sent, errors))
+
+
+def _consume(options: dict[str, str], queue: str, out) -> None:
+    from cassieq_spark import QueueClient
+
+    acked: list[tuple[str, int]] = []
+    errors: list[str] = []
+    with QueueClient.from_options(options) as client:
+        idle_since = None
+        started = time.monotonic()
+        while time.monotonic() - started < RUN_SECONDS + 120:
+            try:
+                msg = client.get(queue, visibility_timeout=60)
+                if msg is None:
+                    idle_since = idle_since or time.monotonic()
+                    if (
+                        time.monotonic() - started > RUN_SECONDS
+                        and time.monotonic() - idle_since > 8
+                    ):
+                        break
+                    time.sleep(0.1)
+                    continue
+                idle_since = None
+                if client.ack(queue, msg.pop_receipt):
+                    acked.append((msg.text, msg.id))
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+    out.put(("consumer", acked, errors))
+
+
+def test_clients_ride_through_a_killed_node_without_error_duplicate_or_loss(
+    local_cluster: LocalCassandra,
+) -> None:
+    """2 producer and 2 consumer processes on RF=3 while node 3 is SIGKILLed and restarted."""
+    import collections
+    import multiprocessing as mp
+    import os
+    import signal
+
+    from cassieq_spark import QueueClient
+
+    options = {
+        "contactPoints": ",".join(local_cluster.contact_points),
+        "port": str(local_cluster.port),
+        "keyspace": "cassieq_cluster",
+    }
+    with QueueClient.from_options(options) as admin:
+        admin.bootstrap(create_keyspace=True, replication_factor=3)
+        queue = f"q_{uuid.uuid4().hex[:10]}"
+        admin.create_queue(queue)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_produce, args=(options, queue, f"p{i}", out)) for i in range(2)]
+    procs += [ctx.Process(target=_consume, args=(options, queue, out)) for _ in range(2)]
+    started = time.monotonic()
+    for p in procs:
+        p.start()
+    time.sleep(KILL_AT)
+    pid = local_cluster.pid(3)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(max(0.0, RESTART_AT - (time.monotonic() - started)))
+    local_cluster.start_node(3)
+    results = [out.get(timeout=RUN_SECONDS + 240) for _ in procs]
+    for p in procs:
+        p.join(30)
+    sent = [s for kind, s, _ in results if kind == "producer" for s in s]
+    acked = [a for kind, a, _ in results if kind == "consumer" for a in a]
+    errors = [e for _, _, errs in results for e in errs]
+    kinds = collections.Counter(e.split(":")[0] for e in errors)
+    assert errors == [], f"{len(errors)} errors reached the callers {dict(kinds)}: {errors[:3]}"
+    assert len(sent) == len(set(sent)) and sent
+    ids_per_payload = collections.defaultdict(set)
+    for payload, mid in acked:
+        ids_per_payload[payload].add(mid)
+    duplicated = {p: ids for p, ids in ids_per_payload.items() if len(ids) > 1}
+    assert duplicated == {}, f"{len(duplicated)} payloads enqueued twice"
+    acks = collections.Counter(payload for payload, _ in acked)
+    assert [p for p, n in acks.items() if n > 1] == []
+    missing = set(sent) - set(acks)
+    assert missing == set(), f"{len(missing)} of {len(sent)} never delivered"
