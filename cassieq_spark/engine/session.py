@@ -37,6 +37,7 @@ from cassandra.policies import (
     TokenAwarePolicy,
     WriteType,
 )
+from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ..config import ConnectionConfig, check_cluster
@@ -81,7 +82,10 @@ class QueueRetryPolicy(RetryPolicy):
         return (self.RETRY_NEXT_HOST, None) if retry_num == 0 else (self.RETHROW, None)
 
     def on_request_error(self, query, consistency, error, retry_num):
-        if retry_num < 2 and getattr(query, "is_idempotent", False):
+        # An overloaded or shutting-down coordinator refuses a request before running it, so
+        # even a compare-and-set can go to the next host (a rolling restart showed it).
+        refused = isinstance(error, OverloadedErrorMessage)
+        if retry_num < 2 and (refused or getattr(query, "is_idempotent", False)):
             return self.RETRY_NEXT_HOST, None
         return self.RETHROW, None
 
