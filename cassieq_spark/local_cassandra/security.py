@@ -117,8 +117,9 @@ def _signed(directory: Path, name: str, subject: str, extensions: str) -> None:
          "-extfile", ext.name, cwd=directory)  # fmt: skip
 
 
-def ensure_tls_files(directory: Path) -> TlsFiles:
-    """Make the CA, node and client certificates once; later calls reuse them."""
+def ensure_tls_files(directory: Path, node_names: tuple[str, ...] = NODE_NAMES) -> TlsFiles:
+    """Make the CA, node and client certificates once; later calls reuse them. ``node_names``:
+    the subjectAltName entries of the node certificate (tests give it a wrong one)."""
     files = TlsFiles(directory)
     if files.keystore.exists() and files.truststore.exists() and files.client_key.exists():
         return files
@@ -127,7 +128,7 @@ def ensure_tls_files(directory: Path) -> TlsFiles:
          "-out", "ca.pem", "-days", "3650", "-sha256", "-subj", "/CN=cassieq local CA",
          "-addext", "basicConstraints=critical,CA:TRUE",
          "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)  # fmt: skip
-    _signed(directory, "node", "/CN=127.0.0.1", f"subjectAltName={','.join(NODE_NAMES)}")
+    _signed(directory, "node", "/CN=127.0.0.1", f"subjectAltName={','.join(node_names)}")
     _signed(directory, "client", "/CN=cassieq-client", "extendedKeyUsage=clientAuth")
     _run("openssl", "pkcs12", "-export", "-in", "node.pem", "-inkey", "node.key",
          "-certfile", "ca.pem", "-name", "node", "-out", "node.p12",

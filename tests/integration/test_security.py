@@ -272,3 +272,25 @@ def test_cli_debug_output_never_shows_the_password(app_options) -> None:
     assert failed.returncode != 0 and "Traceback" in failed.stderr  # --debug shows it
     for out in (ok.stdout, ok.stderr, failed.stdout, failed.stderr):
         assert _leaks(out) == 0
+
+
+def test_a_certificate_for_another_host_fails_only_with_sslverify(tmp_path) -> None:
+    from cassieq_spark.local_cassandra.security import ensure_tls_files
+
+    base = STATE_DIR / "secured-hostname-test"
+    node = LocalCassandra(port=PORT + 2, storage_port=STORAGE_PORT + 2, base_dir=base, tls="on")
+    if not node.is_node_running(1):
+        import shutil
+
+        shutil.rmtree(node.tls_dir, ignore_errors=True)
+    # A node certificate signed by the trusted CA, but for a name this client does not use.
+    ensure_tls_files(node.tls_dir, node_names=("DNS:elsewhere.invalid",))
+    node.start()
+    try:
+        options = {**node.client_options(), "sslVerify": "true"}
+        message = _fails(options, ConnectionFailedError)
+        assert f"127.0.0.1:{PORT + 2}" in message and "does not name this host" in message
+        with QueueClient.from_options({**options, "sslVerify": "false"}) as client:
+            assert client.conn.session.execute("SELECT key FROM system.local").one()
+    finally:
+        node.stop_started_here()
