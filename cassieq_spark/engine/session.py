@@ -32,6 +32,7 @@ from cassandra.cluster import (
 )
 from cassandra.connection import ConnectionException
 from cassandra.policies import (
+    ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
     RetryPolicy,
     TokenAwarePolicy,
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostAvailable)
 EXEC_PROFILE_SERIAL = "serial"
 SERIAL_READ_ATTEMPTS = 5
+SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare when all is well
 _COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
 
 
@@ -141,9 +143,14 @@ class Connection:
         # local data center (the first one contacted when localDc is not given).
         balancing = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=config.local_dc))
         retry = QueueRetryPolicy()
+        # A replica frozen by a long GC pause (or stopping) holds a request until the client
+        # times out, and the driver does not retry client timeouts. Idempotent statements are
+        # sent to a second replica when the first has not answered within this delay.
+        speculative = ConstantSpeculativeExecutionPolicy(SPECULATIVE_DELAY, 2)
         profile = ExecutionProfile(
             load_balancing_policy=balancing,
             retry_policy=retry,
+            speculative_execution_policy=speculative,
             consistency_level=config.consistency_level,
             serial_consistency_level=config.serial_consistency_level,
             request_timeout=config.request_timeout,
@@ -152,6 +159,7 @@ class Connection:
         serial = ExecutionProfile(
             load_balancing_policy=balancing,
             retry_policy=retry,
+            speculative_execution_policy=speculative,
             consistency_level=config.serial_consistency_level,
             request_timeout=config.request_timeout,
         )
