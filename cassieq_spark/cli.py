@@ -58,6 +58,7 @@ limits (the same in the Python client, the Spark options and the repair job):
   payload       up to the queue's max_payload_bytes (default 1 MiB, at most 15 MiB)
   headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (Python client, Spark sink)
   --replication-factor  1 to {MAX_REPLICATION_FACTOR}, and no more than the cluster's nodes can serve
+  --replication  JSON map: SimpleStrategy + replication_factor, or NetworkTopologyStrategy + replicas per data center (1 to {MAX_REPLICATION_FACTOR} each)
 
 connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
 CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD (or CASSIEQ_PASSWORD_FILE), CASSIEQ_SSL,
@@ -97,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="of a new keyspace (default 1); an existing keyspace with another is an error",
+    )
+    s.add_argument(
+        "--replication",
+        default=None,
+        metavar="JSON",
+        help="a new keyspace's whole replication map instead, as CQL writes it, e.g. "
+        '\'{"class": "NetworkTopologyStrategy", "datacenter1": 3}\'',
     )
     s.add_argument("--app-role", metavar="NAME", help="also create this role: SELECT, MODIFY only")
     s.add_argument("--app-password-file", metavar="FILE", help="the app role's password (line 1)")
@@ -170,7 +178,11 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             read_password_file(args.app_password_file) if args.app_password_file else None
         )
         version = client.bootstrap(
-            args.create_keyspace, args.replication_factor, args.app_role, app_password
+            args.create_keyspace,
+            args.replication_factor,
+            args.app_role,
+            app_password,
+            replication=args.replication,
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":

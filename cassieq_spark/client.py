@@ -27,6 +27,7 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
+from . import validate
 from .engine import clock, monoton, queues, schema
 from .engine import consumer as consumer_mod
 from .engine.buckets import DEFAULT_BUCKET_SIZE
@@ -129,25 +130,36 @@ class QueueClient:
         replication_factor: int | None = None,
         app_role: str | None = None,
         app_password: str | None = None,
+        replication: Mapping[str, object] | str | None = None,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
 
         ``replication_factor`` (with ``create_keyspace``): of a new keyspace (default 1),
         refused before anything is created if the live nodes cannot serve it; for an existing
         keyspace, an error if it has another one (bootstrap never changes replication).
+        ``replication`` instead: the whole replication map as CQL writes it (a dict or its
+        JSON), e.g. ``{"class": "NetworkTopologyStrategy", "datacenter1": 3}`` for production.
 
         ``app_role``/``app_password``: also create that login role with SELECT and MODIFY on the
         keyspace only (enough for everything but schema changes; run this as an admin)."""
         if (app_role is None) != (app_password is None):
             raise ConfigError("app_role and app_password go together: give both or neither")
-        if replication_factor is not None and not create_keyspace:
+        if (replication_factor is not None or replication is not None) and not create_keyspace:
             raise ConfigError(
                 "a replication factor only applies when bootstrap creates the keyspace; add "
                 "create_keyspace=True (--create-keyspace), or leave it out"
             )
+        if replication_factor is not None and replication is not None:
+            raise ConfigError(
+                "give replication_factor (--replication-factor) or replication "
+                "(--replication), not both"
+            )
+        replicas = None if replication is None else validate.replication(replication)
         try:
             if create_keyspace:
-                schema.create_keyspace(self.conn.session, self.config.keyspace, replication_factor)
+                schema.create_keyspace(
+                    self.conn.session, self.config.keyspace, replication_factor, replicas
+                )
             version = schema.bootstrap(self.conn.session, self.config.keyspace)
             # The keyspace may be new: the check made at connect time had nothing to look at.
             check_cluster(self.config, self.conn.cluster.metadata)

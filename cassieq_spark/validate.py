@@ -9,6 +9,7 @@ says what is allowed. The limits themselves are written down in the README ("Lim
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -160,6 +161,67 @@ def port(value: object, what: str = "port") -> int:
 
 def replication_factor(value: object) -> int:
     return count(value, "replication factor", 1, MAX_REPLICATION_FACTOR)
+
+
+DATACENTER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+_STRATEGIES = ("SimpleStrategy", "NetworkTopologyStrategy")
+
+
+def replication(value: object) -> dict[str | None, int]:
+    """A keyspace replication map, as CQL writes it (a dict, or its JSON text):
+    ``{"class": "SimpleStrategy", "replication_factor": 3}`` or
+    ``{"class": "NetworkTopologyStrategy", "dc1": 3, "dc2": 3}``.
+
+    Returns replicas per data center, ``{None: n}`` for SimpleStrategy (the form the schema
+    module compares with the cluster's metadata)."""
+    what = "replication"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(
+                f"{what} must be a JSON object such as "
+                '\'{"class": "NetworkTopologyStrategy", "datacenter1": 3}\', got '
+                f"{_show(value)}"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a map with a 'class' key, got {_show(value)}")
+    rest = dict(value)
+    cls = rest.pop("class", None)
+    short = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else None
+    if short not in _STRATEGIES or (
+        isinstance(cls, str) and "." in cls and not cls.startswith("org.apache.cassandra.locator.")
+    ):
+        raise ConfigError(
+            f"{what}: 'class' must be SimpleStrategy or NetworkTopologyStrategy, got {_show(cls)}"
+        )
+    if short == "SimpleStrategy":
+        if set(rest) != {"replication_factor"}:
+            raise ConfigError(
+                f"{what}: SimpleStrategy takes exactly one key, 'replication_factor', got "
+                f"{_show(sorted(map(str, rest)))}"
+            )
+        return {None: _factor(rest["replication_factor"], "replication_factor")}
+    if not rest:
+        raise ConfigError(
+            f"{what}: NetworkTopologyStrategy needs at least one data center with its replica "
+            'count, e.g. {"class": "NetworkTopologyStrategy", "datacenter1": 3}'
+        )
+    out: dict[str | None, int] = {}
+    for dc, n in rest.items():
+        if not isinstance(dc, str) or not DATACENTER_RE.fullmatch(dc):
+            raise ConfigError(
+                f"{what}: data center name {_show(dc)} must be 1-100 of letters, digits, "
+                "'_', '.', '-', starting with a letter or digit"
+            )
+        out[dc] = _factor(n, f"replicas in data center {dc!r}")
+    return out
+
+
+def _factor(value: object, what: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return count(value, what, 1, MAX_REPLICATION_FACTOR)
 
 
 # -- headers ---------------------------------------------------------------------------------------

@@ -174,33 +174,49 @@ def _unservable(session: Session, replicas: dict[str | None, int]) -> str | None
     return None
 
 
-def create_keyspace(session: Session, keyspace: str, replication_factor: int | None = 1) -> None:
-    """Create the keyspace (SimpleStrategy) unless it exists. A factor the live nodes cannot
-    serve is refused before anything is created; an existing keyspace with another factor
-    than the one asked for is an error that says how to change it (None: no check)."""
-    rf = 1 if replication_factor is None else validate.replication_factor(replication_factor)
+def create_keyspace(
+    session: Session,
+    keyspace: str,
+    replication_factor: int | None = 1,
+    replication: dict[str | None, int] | None = None,
+) -> None:
+    """Create the keyspace unless it exists: SimpleStrategy with ``replication_factor``
+    replicas, or ``replication`` (replicas per data center, from ``validate.replication``;
+    ``{None: n}`` is SimpleStrategy). A replication the live nodes cannot serve is refused
+    before anything is created; an existing keyspace with another replication than the one
+    asked for is an error that says how to change it (neither given: no check)."""
+    asked = replication is not None or replication_factor is not None
+    if replication is None:
+        rf = 1 if replication_factor is None else validate.replication_factor(replication_factor)
+        replication = {None: rf}
+    flag = "--replication" if set(replication) != {None} else "--replication-factor"
     ks = session.cluster.metadata.keyspaces.get(keyspace)
     if ks is None:
         session.cluster.refresh_schema_metadata()
         ks = session.cluster.metadata.keyspaces.get(keyspace)
     if ks is not None:
         have = _replicas(ks.replication_strategy)
-        if replication_factor is not None and have != {None: rf}:
+        if asked and have != replication:
+            wanted = (
+                f"the replication factor {replication[None]}"
+                if set(replication) == {None}
+                else _describe(replication)
+            )
             raise KeyspaceReplicationError(
-                f"keyspace {keyspace!r} exists with replication {_describe(have)}, not the "
-                f"replication factor {rf} asked for; bootstrap does not change it: run "
-                f"ALTER KEYSPACE {keyspace} WITH replication = {_describe({None: rf})} in cqlsh, "
-                "then `nodetool repair` (or leave out --replication-factor to keep it)"
+                f"keyspace {keyspace!r} exists with replication {_describe(have)}, not "
+                f"{wanted} asked for; bootstrap does not change it: run "
+                f"ALTER KEYSPACE {keyspace} WITH replication = {_describe(replication)} in "
+                f"cqlsh, then `nodetool repair` (or leave out {flag} to keep it)"
             )
         return
-    why = _unservable(session, {None: rf})
+    why = _unservable(session, replication)
     if why:
         raise KeyspaceReplicationError(
             f"cannot create keyspace {keyspace!r}: {why}; nothing was created. Use a "
-            "replication factor the cluster can serve (--replication-factor), or add nodes"
+            f"replication the cluster can serve ({flag}), or add nodes"
         )
     session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_describe({None: rf})}"
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_describe(replication)}"
     )
 
 

@@ -97,3 +97,82 @@ def test_keyspace_the_cluster_cannot_serve_says_how_to_fix_it(fresh, cassandra):
     client.conn.cluster.refresh_schema_metadata()
     assert client.bootstrap(create_keyspace=True) == schema.SCHEMA_VERSION
     client.create_queue("q")
+
+
+# -- a whole replication map (--replication) -------------------------------------------------------
+
+
+def _strategy(cassandra, name: str) -> dict[str, str]:
+    row = (
+        cassandra.session()
+        .execute(
+            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (name,)
+        )
+        .one()
+    )
+    return dict(row.replication)
+
+
+def test_network_topology_replication_map_creates_the_keyspace(fresh, cassandra):
+    name, client = fresh
+    dc = next(iter(client.conn.cluster.metadata.all_hosts())).datacenter
+    version = client.bootstrap(
+        create_keyspace=True, replication=f'{{"class": "NetworkTopologyStrategy", "{dc}": 1}}'
+    )
+    assert version == schema.SCHEMA_VERSION
+    got = _strategy(cassandra, name)
+    assert got["class"].endswith("NetworkTopologyStrategy") and got[dc] == "1", got
+    client.create_queue("q")
+    client.put("q", b"x")
+    assert client.get("q").payload == b"x"
+    # the same map again is fine; another one is refused with the ALTER that would change it
+    assert client.bootstrap(
+        create_keyspace=True, replication={"class": "NetworkTopologyStrategy", dc: 1}
+    )
+    with pytest.raises(
+        KeyspaceReplicationError,
+        match=rf"exists with replication .*'{dc}': 1.* not .*'{dc}': 2.* asked for.*"
+        rf"ALTER KEYSPACE {name} WITH replication = .*NetworkTopologyStrategy",
+    ):
+        client.bootstrap(
+            create_keyspace=True, replication={"class": "NetworkTopologyStrategy", dc: 2}
+        )
+
+
+def test_replication_map_naming_an_unknown_data_center_creates_nothing(fresh, cassandra):
+    name, client = fresh
+    with pytest.raises(
+        KeyspaceReplicationError,
+        match=r"replication factor 3 needs 3 nodes in data center 'dc-nowhere' .* it has 0 "
+        r".*nothing was created.*--replication",
+    ):
+        client.bootstrap(
+            create_keyspace=True,
+            replication={"class": "NetworkTopologyStrategy", "dc-nowhere": 3},
+        )
+    assert not _exists(cassandra, name)
+
+
+def test_cli_bootstrap_with_a_replication_map(fresh, cassandra, cassieq_options):
+    import json
+    import subprocess
+    import sys
+
+    name, client = fresh
+    dc = next(iter(client.conn.cluster.metadata.all_hosts())).datacenter
+    base = [sys.executable, "-m", "cassieq_spark", "--contact-points",
+            cassieq_options["contactPoints"], "--port", cassieq_options["port"],
+            "--keyspace", name, "bootstrap", "--create-keyspace", "--replication"]  # fmt: skip
+    run = subprocess.run(
+        [*base, json.dumps({"class": "NetworkTopologyStrategy", dc: 1})],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["schema_version"] == schema.SCHEMA_VERSION
+    assert _strategy(cassandra, name)[dc] == "1"
+    bad = subprocess.run([*base, "{'class': 3}"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert "replication must be a JSON object" in bad.stderr
+    assert "Traceback" not in bad.stderr
