@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from cassandra import Unauthorized
 
+from . import validate
 from .config import (
     ConnectionConfig,
     check_cluster,
@@ -27,7 +28,6 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from . import validate
 from .engine import clock, monoton, queues, schema
 from .engine import consumer as consumer_mod
 from .engine.buckets import DEFAULT_BUCKET_SIZE
