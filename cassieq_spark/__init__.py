@@ -8,6 +8,7 @@ from .config import ConnectionConfig
 from .engine.messages import Message
 from .engine.queues import QueueInfo
 from .errors import (
+    CassandraUnavailableError,
     CassieQError,
     ConfigError,
     ConnectionFailedError,
@@ -28,6 +29,7 @@ __all__ = [
     "ConnectionConfig",
     "Message",
     "QueueInfo",
+    "CassandraUnavailableError",
     "CassieQError",
     "ConfigError",
     "ConnectionFailedError",

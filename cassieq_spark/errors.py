@@ -5,6 +5,8 @@ Every message says what went wrong *and* what to do about it.
 
 from __future__ import annotations
 
+from cassandra.cluster import NoHostAvailable
+
 
 class CassieQError(Exception):
     """Base class of every error raised by cassieq-spark."""
@@ -58,6 +60,22 @@ class QueueBusyError(CassieQError):
 
 class ConnectionFailedError(CassieQError):
     """The Cassandra cluster could not be reached or refused the credentials."""
+
+
+class CassandraUnavailableError(ConnectionFailedError, NoHostAvailable):
+    """No node of the cluster could take a request (all down, or unreachable): the operation
+    did not complete. Nothing acknowledged is lost; retry, or restart the streaming query from
+    its checkpoint, once the cluster is back. Also a driver ``NoHostAvailable``, so code that
+    settles an unknown outcome handles it as before."""
+
+    def __init__(self, message: str, errors: dict | None = None):
+        NoHostAvailable.__init__(self, message, errors or {})
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):  # pickled across Spark's Python workers
+        return (type(self), (str(self.args[0]), {}))
 
 
 class PermissionDeniedError(CassieQError):

@@ -34,6 +34,7 @@ from cassandra.connection import ConnectionException
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
     RetryPolicy,
     TokenAwarePolicy,
     WriteType,
@@ -42,7 +43,7 @@ from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ..config import ConnectionConfig, check_cluster
-from ..errors import ConnectionFailedError
+from ..errors import CassandraUnavailableError, ConnectionFailedError
 from . import faults
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostA
 EXEC_PROFILE_SERIAL = "serial"
 SERIAL_READ_ATTEMPTS = 5
 SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare when all is well
+# The driver's default waits up to 10 minutes between attempts to reach a node that went down,
+# so a restarted single node (or a whole cluster back from an outage) would stay unused for
+# minutes by a long-lived process such as a Spark worker: retry at most every 10 s instead.
+RECONNECT_BASE_DELAY = 0.5
+RECONNECT_MAX_DELAY = 10.0
 _COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
 
 
@@ -105,6 +111,25 @@ class CasResult:
 
     def one(self) -> Any:
         return self.row
+
+
+class _Translated:
+    """A driver future whose ``result()`` raises :class:`CassandraUnavailableError` instead of
+    the driver's bare ``NoHostAvailable`` (which names no cluster and says nothing to do)."""
+
+    __slots__ = ("_future", "_conn")
+
+    def __init__(self, future, conn: Connection):
+        self._future = future
+        self._conn = conn
+
+    def result(self):
+        try:
+            return self._future.result()
+        except CassandraUnavailableError:
+            raise
+        except NoHostAvailable as exc:
+            raise self._conn.unavailable(exc) from exc
 
 
 class _Failed:
@@ -176,6 +201,9 @@ class Connection:
                 ssl_context=config.ssl_context(),
                 execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
                 connect_timeout=config.connect_timeout,
+                reconnection_policy=ExponentialReconnectionPolicy(
+                    RECONNECT_BASE_DELAY, RECONNECT_MAX_DELAY
+                ),
                 # v4 avoids v5's per-frame checksums, partly computed in pure Python.
                 protocol_version=4,
             )
@@ -249,7 +277,12 @@ class Connection:
             elif mode == faults.LOST_REPLY:
                 self.session.execute(stmt, params or None, **kw)
                 raise faults.injected_timeout(_text(statement))
-        return self.session.execute(stmt, params or None, **kw)
+        try:
+            return self.session.execute(stmt, params or None, **kw)
+        except CassandraUnavailableError:
+            raise
+        except NoHostAvailable as exc:
+            raise self.unavailable(exc) from exc
 
     def execute_async(self, statement, params: tuple | list | None = (), **kw):
         stmt = self._statement(statement)
@@ -262,7 +295,18 @@ class Connection:
             elif mode == faults.LOST_REPLY:
                 self.session.execute(stmt, params or None, **kw)
                 return _Failed(faults.injected_timeout(_text(statement)))
-        return self.session.execute_async(stmt, params or None, **kw)
+        return _Translated(self.session.execute_async(stmt, params or None, **kw), self)
+
+    def unavailable(self, exc: NoHostAvailable) -> CassandraUnavailableError:
+        """The driver's NoHostAvailable as the one error a user can act on."""
+        down = [h.address for h in self.cluster.metadata.all_hosts() if h.is_up is False]
+        state = f"nodes down: {', '.join(sorted(down))}; " if down else ""
+        return CassandraUnavailableError(
+            f"Cassandra at {self.config.describe()} did not answer: no node could take the "
+            f"request ({state}{_first_error(exc)}). Nothing acknowledged is lost: retry once "
+            "the cluster is back, or restart the streaming query from its checkpoint",
+            exc.errors if isinstance(exc.errors, dict) else {},
+        )
 
     def read_serial(self, cql: str, params: tuple | list = ()):
         """One row read at the serial level: completes any compare-and-set in progress on it,
@@ -273,8 +317,10 @@ class Connection:
                 return self.session.execute(
                     self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
                 ).one()
-            except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME):
+            except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME) as exc:
                 if attempt == SERIAL_READ_ATTEMPTS - 1:
+                    if isinstance(exc, NoHostAvailable):
+                        raise self.unavailable(exc) from exc
                     raise
                 log.warning("serial read timed out; retrying in %.2f s", delay, exc_info=True)
                 time.sleep(delay)

@@ -7,6 +7,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from cluster_faults import (  # tests/integration is on sys.path
+    CLUSTER_NODES,
+    CLUSTER_PORT,
+    CLUSTER_STORAGE_PORT,
+    Faults,
+    durable_cluster,
+)
 
 from cassieq_spark import QueueClient
 
@@ -35,3 +42,17 @@ def queue_client(cassieq_options) -> Iterator[QueueClient]:
 def queue_name(queue_client) -> str:
     """A unique queue name; the queue itself is not created (tests choose its settings)."""
     return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def cluster3() -> Iterator[Faults]:
+    """A durable 3-node Cassandra on 127.0.0.1-3 (CQL 19042), shared by the cluster tests
+    (starting one takes a minute or two), with the fault harness on it."""
+    cluster = durable_cluster(CLUSTER_NODES, CLUSTER_PORT, CLUSTER_STORAGE_PORT, "cluster")
+    with cluster:  # stops only the nodes this session started
+        faults = Faults(cluster)
+        try:
+            faults.wait_all_up()
+            yield faults
+        finally:
+            faults.close()

@@ -10,38 +10,31 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
 import pytest
 from cassandra import ConsistencyLevel, Unavailable
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import RoundRobinPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
+from cluster_faults import (  # tests/integration is on sys.path
+    CLUSTER_NODES,
+    Faults,
+    check_client_traffic,
+    consume,
+    eventually,
+    produce,
+)
 
-from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+from cassieq_spark.local_cassandra import LocalCassandra
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-CLUSTER_PORT = 19042
-CLUSTER_STORAGE_PORT = 17000
-NODES = 3
-T = TypeVar("T")
+NODES = CLUSTER_NODES
 
 
 @pytest.fixture(scope="module")
-def local_cluster() -> Iterator[LocalCassandra]:
-    cluster = LocalCassandra(
-        nodes=NODES,
-        port=CLUSTER_PORT,
-        storage_port=CLUSTER_STORAGE_PORT,
-        heap="384M",
-        base_dir=STATE_DIR / "cluster",
-        durable=True,  # a SIGKILLed node must come back with what it acknowledged
-    )
-    if not any(cluster.is_node_running(i) for i in range(1, NODES + 1)):
-        cluster.wipe()  # a fresh ring every time nobody is using it
-    with cluster:  # stops only the nodes this test started
-        yield cluster
+def local_cluster(cluster3: Faults) -> LocalCassandra:
+    return cluster3.cluster
 
 
 @pytest.fixture(scope="module")
@@ -61,22 +54,6 @@ def driver(local_cluster: LocalCassandra) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.shutdown()
-
-
-def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 1.0) -> T:
-    """Call ``check`` until it returns a truthy value without raising; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-            last: object = result
-        except Exception as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still failing after {timeout:.0f} s: {last!r}")
-        time.sleep(interval)
 
 
 def hosts_up(driver: Cluster) -> dict[str, bool]:
@@ -155,75 +132,16 @@ def test_quorum_survives_one_node_down_and_the_node_rejoins(
 
 # -- the queue's clients through node failures ----------------------------------------------------
 
-MAX_SECONDS = 420.0
-# Per producer: bounds the backlog the consumers drain after the fault, however long it took.
-PRODUCER_MESSAGES = 600
 
-
-def _produce(options: dict[str, str], queue: str, tag: str, stop, out) -> None:
-    from cassieq_spark import QueueClient
-
-    sent: list[str] = []
-    errors: list[str] = []
-    with QueueClient.from_options(options) as client:
-        i = 0
-        while not stop.is_set():
-            if len(sent) >= PRODUCER_MESSAGES:  # enough; the fault may still be under way
-                time.sleep(0.2)
-                continue
-            batch = [f"{tag}-{i}-{k}" for k in range(5 if i % 2 else 1)]
-            try:
-                if len(batch) == 1:
-                    client.put(queue, batch[0].encode())
-                else:
-                    client.put_many(queue, [b.encode() for b in batch])
-                sent.extend(batch)
-            except Exception as exc:  # the test fails on any; it records which
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
-            i += 1
-            time.sleep(0.15)  # about what two consumers keep up with on this machine
-    out.put(("producer", sent, errors))
-
-
-def _consume(options: dict[str, str], queue: str, stop, out) -> None:
-    from cassieq_spark import QueueClient
-
-    acked: list[tuple[str, int, float]] = []
-    errors: list[str] = []
-    with QueueClient.from_options(options) as client:
-        idle_since = None
-        started = time.monotonic()
-        while time.monotonic() - started < MAX_SECONDS:
-            try:
-                msg = client.get(queue, visibility_timeout=60)
-                if msg is None:
-                    idle_since = idle_since or time.monotonic()
-                    if stop.is_set() and time.monotonic() - idle_since > 8:
-                        break
-                    time.sleep(0.1)
-                    continue
-                idle_since = None
-                if client.ack(queue, msg.pop_receipt):
-                    acked.append((msg.text, msg.id, time.time()))
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
-    out.put(("consumer", acked, errors))
-
-
-def _clients_through(local_cluster: LocalCassandra, fault: Callable[[], None]) -> float:
+def _clients_through(cluster3: Faults, fault: Callable[[], None]) -> float:
     """Run 2 producer and 2 consumer processes on RF=3 around ``fault()``; check that no error
     reached them, nothing was enqueued twice, everything sent was acked exactly once. Returns the
     longest pause between two acks (seconds): what the fault cost the consumers."""
-    import collections
     import multiprocessing as mp
 
     from cassieq_spark import QueueClient
 
-    options = {
-        "contactPoints": ",".join(local_cluster.contact_points),
-        "port": str(local_cluster.port),
-        "keyspace": "cassieq_cluster",
-    }
+    options = cluster3.client_options("cassieq_cluster")
     with QueueClient.from_options(options) as admin:
         admin.bootstrap(create_keyspace=True, replication_factor=3)
         queue = f"q_{uuid.uuid4().hex[:10]}"
@@ -231,9 +149,9 @@ def _clients_through(local_cluster: LocalCassandra, fault: Callable[[], None]) -
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_produce, args=(options, queue, f"p{i}", stop, out)) for i in range(2)
+        ctx.Process(target=produce, args=(options, queue, f"p{i}", stop, out)) for i in range(2)
     ]
-    procs += [ctx.Process(target=_consume, args=(options, queue, stop, out)) for _ in range(2)]
+    procs += [ctx.Process(target=consume, args=(options, queue, stop, out)) for _ in range(2)]
     for p in procs:
         p.start()
     try:
@@ -242,65 +160,37 @@ def _clients_through(local_cluster: LocalCassandra, fault: Callable[[], None]) -
         time.sleep(8)  # and after
     finally:
         stop.set()
-    results = [out.get(timeout=MAX_SECONDS) for _ in procs]
+    results = [out.get(timeout=700) for _ in procs]
     for p in procs:
         p.join(30)
-    sent = [s for kind, s, _ in results if kind == "producer" for s in s]
-    acked = [a for kind, a, _ in results if kind == "consumer" for a in a]
-    errors = [e for _, _, errs in results for e in errs]
-    kinds = collections.Counter(e.split(":")[0] for e in errors)
-    assert errors == [], f"{len(errors)} errors reached the callers {dict(kinds)}: {errors[:3]}"
-    assert len(sent) == len(set(sent)) and len(sent) > 100
-    ids_per_payload = collections.defaultdict(set)
-    for payload, mid, _ in acked:
-        ids_per_payload[payload].add(mid)
-    duplicated = {p: ids for p, ids in ids_per_payload.items() if len(ids) > 1}
-    assert duplicated == {}, f"{len(duplicated)} payloads enqueued twice"
-    acks = collections.Counter(payload for payload, _, _ in acked)
-    assert [p for p, n in acks.items() if n > 1] == []
-    missing = set(sent) - set(acks)
-    assert missing == set(), f"{len(missing)} of {len(sent)} never delivered"
-    times = sorted(at for _, _, at in acked)
-    gap = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
-    print(f"{len(sent)} messages, longest pause between acks {gap:.1f} s")
-    return gap
+    figures = check_client_traffic(results)
+    print(f"{figures['messages']} messages, longest pause between acks "
+          f"{figures['longest_ack_pause_s']} s")  # fmt: skip
+    return float(figures["longest_ack_pause_s"])
 
 
 def test_clients_ride_through_a_killed_node_without_error_duplicate_or_loss(
-    local_cluster: LocalCassandra,
+    cluster3: Faults,
 ) -> None:
     """Node 3 SIGKILLed mid-traffic and restarted 17 s later."""
-    import os
-    import signal
 
     def kill_and_restart() -> None:
-        pid = local_cluster.pid(3)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        cluster3.kill(3)
         time.sleep(17)
-        local_cluster.start_node(3)
+        cluster3.restart(3)
 
-    _clients_through(local_cluster, kill_and_restart)
+    _clients_through(cluster3, kill_and_restart)
 
 
-def test_clients_ride_through_a_paused_node_and_a_rolling_restart(
-    local_cluster: LocalCassandra,
-) -> None:
+def test_clients_ride_through_a_paused_node_and_a_rolling_restart(cluster3: Faults) -> None:
     """Node 2 frozen for 10 s (SIGSTOP: a long GC pause), then every node restarted in turn."""
-    import os
-    import signal
 
     def pause_then_roll() -> None:
-        pid = local_cluster.pid(2)
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with cluster3.frozen(2):
             time.sleep(10)
-        finally:
-            os.kill(pid, signal.SIGCONT)
         time.sleep(5)
         for index in (3, 2, 1):
-            assert local_cluster.stop_node(index)
-            local_cluster.start_node(index)
+            cluster3.stop(index)
+            cluster3.restart(index)
 
-    _clients_through(local_cluster, pause_then_roll)
+    _clients_through(cluster3, pause_then_roll)

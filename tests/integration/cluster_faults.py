@@ -1,0 +1,236 @@
+"""The fault harness the cluster tests share: a durable local Cassandra (3 nodes on
+127.0.0.1-3, or one node) with its own ports, and the faults production brings to it: a node
+SIGKILLed, frozen (SIGSTOP/SIGCONT: a long GC pause), stopped gracefully, restarted; plus
+waiting until a driver sees the nodes up again, and counted client producers and consumers
+that run in their own processes.
+
+Nothing here mocks Cassandra: the nodes are real JVMs and the signals are real.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+from cassandra.policies import RoundRobinPolicy
+
+from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+
+T = TypeVar("T")
+
+CLUSTER_PORT = 19042  # beside the development node on 9042/7000
+CLUSTER_STORAGE_PORT = 17000
+CLUSTER_NODES = 3
+
+
+def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 1.0) -> T:
+    """Call ``check`` until it returns a truthy value without raising; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+            last: object = result
+        except Exception as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still failing after {timeout:.0f} s: {last!r}")
+        time.sleep(interval)
+
+
+def durable_cluster(
+    nodes: int, port: int, storage_port: int, name: str, heap: str = "384M"
+) -> LocalCassandra:
+    """A durable local cluster (a SIGKILLed node restarts with all it acknowledged) in its own
+    directory; wiped first when none of its nodes runs, so every run starts from a fresh ring."""
+    cluster = LocalCassandra(
+        nodes=nodes,
+        port=port,
+        storage_port=storage_port,
+        heap=heap,
+        base_dir=STATE_DIR / name,
+        durable=True,
+    )
+    if not any(cluster.is_node_running(i) for i in range(1, nodes + 1)):
+        cluster.wipe()
+    return cluster
+
+
+class Faults:
+    """Faults on the nodes of ``cluster``, and a driver that watches them come and go."""
+
+    def __init__(self, cluster: LocalCassandra):
+        self.cluster = cluster
+        self._paused: set[int] = set()
+        profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=20)
+        self.watcher = Cluster(
+            cluster.contact_points,
+            port=cluster.port,
+            protocol_version=5,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        )
+        self.watcher.connect()
+
+    def _pid(self, index: int) -> int:
+        pid = self.cluster.pid(index)
+        assert pid is not None, f"node {index} is not running"
+        return pid
+
+    def kill(self, index: int) -> None:
+        """SIGKILL: the JVM dies at once, with whatever it had not synced."""
+        os.kill(self._pid(index), signal.SIGKILL)
+        eventually(lambda: not self.cluster.is_node_running(index), 30, 0.2)
+
+    def pause(self, index: int) -> None:
+        os.kill(self._pid(index), signal.SIGSTOP)
+        self._paused.add(index)
+
+    def resume(self, index: int) -> None:
+        os.kill(self._pid(index), signal.SIGCONT)
+        self._paused.discard(index)
+
+    @contextmanager
+    def frozen(self, index: int) -> Iterator[None]:
+        """Node ``index`` stopped in its tracks (a long GC pause) for the ``with`` block."""
+        self.pause(index)
+        try:
+            yield
+        finally:
+            self.resume(index)
+
+    def stop(self, index: int) -> None:
+        """A graceful stop (SIGTERM: drains, flushes)."""
+        assert self.cluster.stop_node(index), f"node {index} was not running"
+
+    def restart(self, index: int, timeout: float = 180.0) -> float:
+        """Start node ``index`` again and wait until the driver sees every node up; returns
+        the seconds that took."""
+        started = time.monotonic()
+        self.cluster.start_node(index)
+        self.wait_all_up(timeout)
+        return time.monotonic() - started
+
+    def hosts_up(self) -> dict[str, bool]:
+        return {h.address: bool(h.is_up) for h in self.watcher.metadata.all_hosts()}
+
+    def wait_all_up(self, timeout: float = 120.0) -> None:
+        n = self.cluster.nodes
+        eventually(
+            lambda: len(self.hosts_up()) == n and all(self.hosts_up().values()), timeout, 0.5
+        )
+
+    def wait_down(self, index: int, timeout: float = 60.0) -> None:
+        address = self.cluster.node(index).address
+        eventually(lambda: self.hosts_up().get(address) is False, timeout, 0.5)
+
+    def client_options(self, keyspace: str) -> dict[str, str]:
+        return {
+            "contactPoints": ",".join(self.cluster.contact_points),
+            "port": str(self.cluster.port),
+            "keyspace": keyspace,
+        }
+
+    def close(self) -> None:
+        for index in list(self._paused):  # never leave a frozen JVM behind a failed test
+            self.resume(index)
+        self.watcher.shutdown()
+
+
+# -- counted client traffic, in processes of their own -------------------------------------------
+
+# Per producer: bounds the backlog the consumers drain after the faults, however long they took.
+PRODUCER_MESSAGES = 600
+CONSUMER_MAX_SECONDS = 600.0
+
+
+def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) -> None:
+    """put and put_many (5 messages) in turn until ``stop``; reports what was sent and every
+    error that reached the caller."""
+    from cassieq_spark import QueueClient
+
+    sent: list[str] = []
+    errors: list[str] = []
+    with QueueClient.from_options(options) as client:
+        i = 0
+        while not stop.is_set():
+            if len(sent) >= PRODUCER_MESSAGES:  # enough; the faults may still be under way
+                time.sleep(0.2)
+                continue
+            batch = [f"{tag}-{i}-{k}" for k in range(5 if i % 2 else 1)]
+            try:
+                if len(batch) == 1:
+                    client.put(queue, batch[0].encode())
+                else:
+                    client.put_many(queue, [b.encode() for b in batch])
+                sent.extend(batch)
+            except Exception as exc:  # the test fails on any; it records which
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            i += 1
+            time.sleep(0.15)  # about what two consumers keep up with on this machine
+    out.put(("producer", sent, errors))
+
+
+def consume(options: dict[str, str], queue: str, stop: Any, out: Any) -> None:
+    """get/ack until ``stop`` and 8 s without a message; reports (payload, id, got at, acked
+    at) per delivery it acked, and every error that reached the caller."""
+    from cassieq_spark import QueueClient
+
+    acked: list[tuple[str, int, float, float]] = []
+    errors: list[str] = []
+    with QueueClient.from_options(options) as client:
+        idle_since = None
+        started = time.monotonic()
+        while time.monotonic() - started < CONSUMER_MAX_SECONDS:
+            try:
+                msg = client.get(queue, visibility_timeout=60)
+                if msg is None:
+                    idle_since = idle_since or time.monotonic()
+                    if stop.is_set() and time.monotonic() - idle_since > 8:
+                        break
+                    time.sleep(0.1)
+                    continue
+                idle_since = None
+                got = time.time()
+                if client.ack(queue, msg.pop_receipt):
+                    acked.append((msg.text, msg.id, got, time.time()))
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+    out.put(("consumer", acked, errors))
+
+
+def check_client_traffic(results: list[tuple[str, list, list[str]]]) -> dict[str, Any]:
+    """Every payload a producer sent was acked exactly once under one id, no delivery was held
+    by two consumers at once, and no error reached a caller. Returns figures for the report."""
+    import collections
+
+    sent = [s for kind, s, _ in results if kind == "producer" for s in s]
+    acked = [a for kind, a, _ in results if kind == "consumer" for a in a]
+    errors = [e for _, _, errs in results for e in errs]
+    kinds = collections.Counter(e.split(":")[0] for e in errors)
+    assert errors == [], f"{len(errors)} errors reached the callers {dict(kinds)}: {errors[:3]}"
+    assert len(sent) == len(set(sent)) and len(sent) > 100, len(sent)
+    ids_per_payload = collections.defaultdict(set)
+    for payload, mid, _, _ in acked:
+        ids_per_payload[payload].add(mid)
+    duplicated = {p: ids for p, ids in ids_per_payload.items() if len(ids) > 1}
+    assert duplicated == {}, f"{len(duplicated)} payloads enqueued twice"
+    acks = collections.Counter(payload for payload, _, _, _ in acked)
+    assert [p for p, n in acks.items() if n > 1] == [], "a message was acked twice"
+    missing = set(sent) - set(acks)
+    assert missing == set(), f"{len(missing)} of {len(sent)} never delivered"
+    # One delivery per message (acks are immediate, visibility 60 s): two holders at once
+    # would have shown as a second ack above; overlapping holds of one id are checked too.
+    holds = collections.defaultdict(list)
+    for _, mid, got, done in acked:
+        holds[mid].append((got, done))
+    overlapping = [m for m, h in holds.items() if len(h) > 1]
+    assert overlapping == [], f"ids held by two consumers: {overlapping[:5]}"
+    times = sorted(done for _, _, _, done in acked)
+    gap = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+    return {"messages": len(sent), "longest_ack_pause_s": round(gap, 1)}

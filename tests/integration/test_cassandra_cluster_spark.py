@@ -1,0 +1,340 @@
+"""Spark queries through Cassandra failures, counted.
+
+- On the durable 3-node cluster (RF=3): a streaming sink, a streaming source (processingTime
+  trigger), a client producer into the stream's queue and two client producers and two client
+  get/ack consumers on a second queue, all at once, while node 3 is SIGKILLed and restarted
+  20 s later, node 2 is frozen for 10 s, and then every node is restarted in turn (a rolling
+  restart). Nothing may be lost, no message held by two consumers, no error may reach a client,
+  and the Spark queries must keep running.
+- On one durable node: the node SIGKILLed under a running source and sink. Both queries fail
+  with one clear error naming Cassandra, without hanging; restarted from their checkpoints
+  once the node is back, they deliver everything.
+
+Every id is accounted for: delivered once, or again only inside a replay of the same Spark
+batch (same batch id), which the test names.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing as mp
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster_faults import (  # tests/integration is on sys.path
+    Faults,
+    check_client_traffic,
+    consume,
+    durable_cluster,
+    eventually,
+    produce,
+)
+
+from cassieq_spark import QueueClient
+from cassieq_spark.engine import monoton
+from cassieq_spark.engine.messages import read_range
+from cassieq_spark.spark import register
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+
+
+class TimedCollector:
+    """A foreachBatch sink (runs in this process): ids per batch id, and when each batch with
+    rows arrived, so the test can tell how long a fault stopped the stream."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[int]] = collections.defaultdict(list)
+        self.values: dict[int, str] = {}
+        self.arrivals: list[float] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = df.select("id", "value").collect()
+        with self.lock:
+            self.batches[batch_id].extend(r.id for r in rows)
+            for r in rows:
+                self.values[r.id] = bytes(r.value).decode()
+            if rows:
+                self.arrivals.append(time.time())
+
+    def deliveries(self) -> collections.Counter[int]:
+        with self.lock:
+            return collections.Counter(i for ids in self.batches.values() for i in ids)
+
+    def batches_of(self) -> dict[int, set[int]]:
+        out: dict[int, set[int]] = collections.defaultdict(set)
+        with self.lock:
+            for batch, ids in self.batches.items():
+                for i in ids:
+                    out[i].add(batch)
+        return out
+
+    def longest_pause(self, since: float, until: float) -> float:
+        """The longest time without a batch of rows between ``since`` and ``until``."""
+        with self.lock:
+            times = [since, *(t for t in self.arrivals if since < t < until), until]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+def start_source(spark: Any, options: dict[str, str], collector: TimedCollector, ck: str) -> Any:
+    reader = spark.readStream.format("cassieq")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (
+        reader.load()
+        .writeStream.foreachBatch(collector)
+        .option("checkpointLocation", ck)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def start_sink(spark: Any, options: dict[str, str], ck: str, rows_per_second: int = 20) -> Any:
+    rate = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", str(rows_per_second))
+        .load()
+        .selectExpr("concat('rate-', CAST(value AS STRING)) AS value")
+    )
+    return (
+        rate.writeStream.format("cassieq")
+        .options(**options)
+        .option("checkpointLocation", ck)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def committed_rate_rows(sink: Any) -> int:
+    """Rows of the sink's committed batches: the rate source numbers its rows 0, 1, ... in order,
+    so rate-0 .. rate-(n-1) must all be delivered."""
+    return sum(p["numInputRows"] for p in sink.recentProgress)
+
+
+def live_rows(client: QueueClient, queue: str) -> dict[int, str]:
+    """The queue's live messages by id, read from its rows (not from the counters)."""
+    info = client.get_queue(queue)
+    next_id = monoton.horizon(client.conn, info, 0).next_id
+    rows = read_range(client.conn, info, 0, next_id, "id, dead, payload")
+    return {r.id: bytes(r.payload).decode() for r in rows if not r.dead}
+
+
+def assert_stream_accounted(
+    collector: TimedCollector, rows: dict[int, str], must_have: set[str]
+) -> dict[str, int]:
+    """Every live row delivered; a second delivery only inside a replay of the same batch."""
+    seen = collector.deliveries()
+    missing = set(rows) - set(seen)
+    assert not missing, (
+        f"{len(missing)} of {len(rows)} messages never delivered: {sorted(missing)[:10]}"
+    )
+    stray = set(seen) - set(rows)
+    assert not stray, f"ids delivered that the queue never had: {sorted(stray)[:10]}"
+    batches_of = collector.batches_of()
+    across = {i: b for i, b in batches_of.items() if len(b) > 1}
+    assert not across, f"ids delivered in two different batches: {dict(list(across.items())[:5])}"
+    values = set(collector.values.values())
+    lost = must_have - values
+    assert not lost, f"rows of committed sink batches never delivered: {sorted(lost)[:10]}"
+    replayed = sum(n - 1 for n in seen.values() if n > 1)
+    return {"delivered": len(seen), "replayed_in_same_batch": replayed}
+
+
+@pytest.fixture(scope="module")
+def sspark(spark: Any) -> Any:
+    register(spark)
+    # Every progress report is kept (default: the last 100), so the sink's committed rows can be
+    # summed over a run of several minutes.
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    return spark
+
+
+# -- 3 nodes, RF=3: kill, pause, rolling restart ---------------------------------------------------
+
+
+def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
+    cluster3: Faults, sspark: Any, tmp_path: Any
+) -> None:
+    options = cluster3.client_options("cassieq_cluster_spark")
+    admin = QueueClient.from_options(options)
+    dc = next(iter(admin.conn.cluster.metadata.all_hosts())).datacenter
+    admin.bootstrap(create_keyspace=True, replication={"class": "NetworkTopologyStrategy", dc: 3})
+    stream_q, client_q = (f"{k}_{uuid.uuid4().hex[:8]}" for k in ("s", "c"))
+    admin.create_queue(stream_q, bucket_size=200, repair_timeout=120)
+    admin.create_queue(client_q)
+
+    ctx = mp.get_context("spawn")
+    out, stop = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=produce, args=(options, stream_q, "sp", stop, out))]
+    procs += [
+        ctx.Process(target=produce, args=(options, client_q, f"p{i}", stop, out)) for i in range(2)
+    ]
+    procs += [ctx.Process(target=consume, args=(options, client_q, stop, out)) for _ in range(2)]
+
+    collector = TimedCollector()
+    src_opts = {**options, "queue": stream_q, "consumerId": f"{stream_q}-src"}
+    src = start_source(sspark, src_opts, collector, str(tmp_path / "src"))
+    sink = start_sink(sspark, {**options, "queue": stream_q}, str(tmp_path / "sink"))
+    pauses: dict[str, float] = {}
+    try:
+        eventually(lambda: collector.arrivals, 180, 0.5)
+        for p in procs:
+            p.start()
+        time.sleep(10)  # traffic first
+
+        t0 = time.time()
+        cluster3.kill(3)
+        time.sleep(20)
+        cluster3.restart(3)
+        time.sleep(5)
+        pauses["node 3 SIGKILLed, restarted 20 s later"] = collector.longest_pause(t0, time.time())
+
+        t0 = time.time()
+        with cluster3.frozen(2):
+            time.sleep(10)
+        time.sleep(5)
+        pauses["node 2 frozen 10 s"] = collector.longest_pause(t0, time.time())
+
+        t0 = time.time()
+        for index in (3, 2, 1):
+            cluster3.stop(index)
+            cluster3.restart(index)
+        time.sleep(5)
+        pauses["rolling restart of nodes 3, 2, 1"] = collector.longest_pause(t0, time.time())
+
+        for query, name in ((src, "source"), (sink, "sink")):
+            assert query.isActive and query.exception() is None, f"the {name} query stopped"
+    finally:
+        stop.set()
+    results = [out.get(timeout=700) for _ in procs]
+    for p in procs:
+        p.join(30)
+    sink.stop()
+    sink.awaitTermination(60)
+    # The stream queue's producer tags its payloads "sp-"; its errors count like the others'.
+    to_stream = [r for r in results if r[0] == "producer" and r[1] and r[1][0].startswith("sp-")]
+    assert len(to_stream) == 1 and to_stream[0][2] == [], to_stream[0][2][:3]
+    results = [r for r in results if r is not to_stream[0]]
+    sent_to_stream = set(to_stream[0][1])
+    must_have = {f"rate-{k}" for k in range(committed_rate_rows(sink))} | sent_to_stream
+    rows = live_rows(admin, stream_q)
+    try:
+        eventually(lambda: set(rows) <= set(collector.deliveries()), 240, 1.0)
+        time.sleep(3)  # a late duplicate would show up here
+    finally:
+        src.stop()
+    assert src.exception() is None
+    figures = check_client_traffic(results)  # the two client queues' producers and consumers
+    stream = assert_stream_accounted(collector, rows, must_have)
+    assert stream["replayed_in_same_batch"] == 0, "the source never failed, so nothing replays"
+    stats = admin.stats(stream_q)
+    assert stats["backlog"] == 0, stats
+    print(
+        f"\nstream: {stream['delivered']} messages delivered once; clients: {figures}; "
+        "longest stream pause per fault (s): "
+        + ", ".join(f"{k}: {v:.1f}" for k, v in pauses.items())
+    )
+    admin.close()
+
+
+# -- 1 node: killed under running queries, restarted from checkpoints ------------------------------
+
+SINGLE_PORT = 29042
+SINGLE_STORAGE_PORT = 27000
+FAIL_WITHIN_S = 60.0  # the driver's connect and request timeouts are 10 s and 20 s
+
+
+@pytest.fixture(scope="module")
+def single_node() -> Iterator[Faults]:
+    node = durable_cluster(1, SINGLE_PORT, SINGLE_STORAGE_PORT, "single-fault", heap="512M")
+    with node:
+        faults = Faults(node)
+        try:
+            yield faults
+        finally:
+            faults.close()
+
+
+def _wait_failed(query: Any, timeout: float) -> str:
+    deadline = time.time() + timeout
+    while query.isActive and time.time() < deadline:
+        time.sleep(0.2)
+    assert not query.isActive, f"the query still runs {timeout:.0f} s after Cassandra died"
+    exc = query.exception()
+    assert exc is not None, "the query stopped without an error"
+    return str(exc)
+
+
+def test_single_node_killed_under_running_queries_fails_clearly_and_resumes(
+    single_node: Faults, sspark: Any, tmp_path: Any
+) -> None:
+    options = single_node.client_options("cassieq_single_fault")
+    admin = QueueClient.from_options(options)
+    admin.bootstrap(create_keyspace=True)
+    queue = f"s_{uuid.uuid4().hex[:8]}"
+    admin.create_queue(queue, bucket_size=100, repair_timeout=120)
+    admin.close()
+
+    collector = TimedCollector()
+    src_opts = {**options, "queue": queue, "consumerId": f"{queue}-src"}
+    src_ck, sink_ck = str(tmp_path / "src"), str(tmp_path / "sink")
+    src = start_source(sspark, src_opts, collector, src_ck)
+    sink = start_sink(sspark, {**options, "queue": queue}, sink_ck)
+    committed = 0
+    try:
+        eventually(lambda: len(collector.arrivals) >= 3, 180, 0.5)
+        killed = time.time()
+        single_node.kill(1)
+        errors = {
+            name: _wait_failed(q, FAIL_WITHIN_S) for name, q in (("source", src), ("sink", sink))
+        }
+        failed_after = time.time() - killed
+        committed = committed_rate_rows(sink)
+    finally:
+        for q in (src, sink):
+            if q.isActive:
+                q.stop()
+    for name, text in errors.items():
+        # One error a user can act on, naming the Cassandra that is gone (Spark wraps it in
+        # its own StreamingQueryException and the Python worker's traceback).
+        assert "CassandraUnavailableError" in text or "ConnectionFailedError" in text, (
+            f"the {name} failed with something else: {text[-1500:]}"
+        )
+        assert f"127.0.0.1:{SINGLE_PORT}" in text, (
+            f"the {name}'s error names no Cassandra: {text[-1500:]}"
+        )
+
+    single_node.restart(1)
+    # Restarted from their checkpoints: the sink replays its failed batch (keyed: written once),
+    # the source replays its uncommitted batch (the same batch id) and goes on.
+    src = start_source(sspark, src_opts, collector, src_ck)
+    sink = start_sink(sspark, {**options, "queue": queue}, sink_ck)
+    admin = QueueClient.from_options(options)
+    try:
+        eventually(lambda: committed_rate_rows(sink) > 40, 180, 0.5)
+        sink.stop()
+        sink.awaitTermination(60)
+        assert sink.exception() is None, sink.exception()
+        # The first run committed rate-0 .. rate-(committed-1); the second replays the failed
+        # batch and goes on from there.
+        must_have = {f"rate-{k}" for k in range(committed + committed_rate_rows(sink))}
+        rows = live_rows(admin, queue)
+        eventually(lambda: set(rows) <= set(collector.deliveries()), 180, 1.0)
+        time.sleep(3)
+        assert src.exception() is None, src.exception()
+    finally:
+        for q in (src, sink):
+            if q.isActive:
+                q.stop()
+    stream = assert_stream_accounted(collector, rows, must_have)
+    assert admin.stats(queue)["backlog"] == 0
+    admin.close()
+    print(
+        f"\nboth queries failed {failed_after:.1f} s after the SIGKILL; after the restart "
+        f"{stream['delivered']} messages delivered, {stream['replayed_in_same_batch']} again in "
+        "a replay of the same batch"
+    )
