@@ -22,6 +22,7 @@ from cassandra.cluster import NoHostAvailable, Session
 
 from .. import validate
 from ..errors import KeyspaceReplicationError, SchemaNotBootstrappedError
+from .session import unavailable_error
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +292,10 @@ def _version(session: Session, keyspace: str) -> int:
     driver's NoHostAvailable."""
     try:
         return current_version(session, keyspace)
-    except (NoHostAvailable, Unavailable):
+    except (NoHostAvailable, Unavailable) as exc:
         check_servable(session, keyspace)
+        if isinstance(exc, NoHostAvailable):
+            raise unavailable_error(session.cluster, exc) from exc
         raise
 
 

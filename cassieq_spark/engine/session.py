@@ -30,7 +30,7 @@ from cassandra.cluster import (
     Session,
     UnresolvableContactPoints,
 )
-from cassandra.connection import ConnectionException
+from cassandra.connection import ConnectionBusy, ConnectionException
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
@@ -39,6 +39,7 @@ from cassandra.policies import (
     TokenAwarePolicy,
     WriteType,
 )
+from cassandra.pool import NoConnectionsAvailable
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
@@ -57,6 +58,8 @@ SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare wh
 # The driver's default waits up to 10 minutes between attempts to reach a node that went down,
 # so a restarted single node (or a whole cluster back from an outage) would stay unused for
 # minutes by a long-lived process such as a Spark worker: retry at most every 10 s instead.
+# A request that no node received is sent again after these pauses (seconds) before it fails.
+UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0)
 RECONNECT_BASE_DELAY = 0.5
 RECONNECT_MAX_DELAY = 10.0
 _COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
@@ -117,11 +120,12 @@ class _Translated:
     """A driver future whose ``result()`` raises :class:`CassandraUnavailableError` instead of
     the driver's bare ``NoHostAvailable`` (which names no cluster and says nothing to do)."""
 
-    __slots__ = ("_future", "_conn")
+    __slots__ = ("_future", "_conn", "_resend")
 
-    def __init__(self, future, conn: Connection):
+    def __init__(self, future, conn: Connection, resend: Callable[[], Any]):
         self._future = future
         self._conn = conn
+        self._resend = resend
 
     def result(self):
         try:
@@ -129,7 +133,7 @@ class _Translated:
         except CassandraUnavailableError:
             raise
         except NoHostAvailable as exc:
-            raise self._conn.unavailable(exc) from exc
+            return self._conn.resend_unsent(self._resend, exc)
 
 
 class _Failed:
@@ -282,7 +286,7 @@ class Connection:
         except CassandraUnavailableError:
             raise
         except NoHostAvailable as exc:
-            raise self.unavailable(exc) from exc
+            return self.resend_unsent(lambda: self.session.execute(stmt, params or None, **kw), exc)
 
     def execute_async(self, statement, params: tuple | list | None = (), **kw):
         stmt = self._statement(statement)
@@ -295,18 +299,29 @@ class Connection:
             elif mode == faults.LOST_REPLY:
                 self.session.execute(stmt, params or None, **kw)
                 return _Failed(faults.injected_timeout(_text(statement)))
-        return _Translated(self.session.execute_async(stmt, params or None, **kw), self)
+        future = self.session.execute_async(stmt, params or None, **kw)
+        return _Translated(future, self, lambda: self.session.execute(stmt, params or None, **kw))
+
+    def resend_unsent(self, send: Callable[[], Any], exc: NoHostAvailable) -> Any:
+        """After a NoHostAvailable: if no node received the request (every connection it tried
+        was already known dead, which is what a long-lived process finds when its nodes come
+        back), send it again while the driver reconnects; it cannot have applied, so this is
+        safe for any statement. Otherwise, or if the nodes stay away, raise the error a user
+        can act on."""
+        for delay in UNSENT_RETRY_DELAYS:
+            if not never_sent(exc):
+                break
+            log.info("no node took the request (%s); sending it again in %.1f s", exc, delay)
+            time.sleep(delay)
+            try:
+                return send()
+            except NoHostAvailable as again:
+                exc = again
+        raise self.unavailable(exc) from exc
 
     def unavailable(self, exc: NoHostAvailable) -> CassandraUnavailableError:
         """The driver's NoHostAvailable as the one error a user can act on."""
-        down = [h.address for h in self.cluster.metadata.all_hosts() if h.is_up is False]
-        state = f"nodes down: {', '.join(sorted(down))}; " if down else ""
-        return CassandraUnavailableError(
-            f"Cassandra at {self.config.describe()} did not answer: no node could take the "
-            f"request ({state}{_first_error(exc)}). Nothing acknowledged is lost: retry once "
-            "the cluster is back, or restart the streaming query from its checkpoint",
-            exc.errors if isinstance(exc.errors, dict) else {},
-        )
+        return unavailable_error(self.cluster, exc, self.config.describe())
 
     def read_serial(self, cql: str, params: tuple | list = ()):
         """One row read at the serial level: completes any compare-and-set in progress on it,
@@ -378,6 +393,45 @@ def _tls_hint(error: str, ssl_enabled: bool) -> str:
             return hint
     return (
         "check contactPoints/port and that the cluster is up (`make cassandra-up` for a local one)"
+    )
+
+
+def unavailable_error(
+    cluster: Cluster, exc: NoHostAvailable, where: str | None = None
+) -> CassandraUnavailableError:
+    """A driver NoHostAvailable from a running cluster connection, as the error a user can act
+    on: which Cassandra, which nodes are down, and what to do."""
+    if isinstance(exc, CassandraUnavailableError):
+        return exc
+    if where is None:
+        where = f"{','.join(map(str, cluster.contact_points))}:{cluster.port}"
+    down = sorted(h.address for h in cluster.metadata.all_hosts() if h.is_up is False)
+    state = f"nodes down: {', '.join(down)}; " if down else ""
+    return CassandraUnavailableError(
+        f"Cassandra at {where} did not answer: no node could take the request "
+        f"({state}{_first_error(exc)}). Nothing acknowledged is lost: retry once the cluster "
+        "is back, or restart the streaming query from its checkpoint",
+        exc.errors if isinstance(exc.errors, dict) else {},
+    )
+
+
+# What the driver reports for a host it did not send the request to: the pool's connection was
+# already dead, the host marked down, or no connection or stream was free.
+_UNSENT = re.compile(
+    r"^(Connection to \S+ is (defunct|closed)|Host has been marked down or removed|"
+    r"Pool is shutdown|Pool for \S+ is shutdown)$"
+)
+
+
+def never_sent(exc: NoHostAvailable) -> bool:
+    """True when no host received the request, so it cannot have applied."""
+    errors = exc.errors if isinstance(exc.errors, dict) else None
+    if errors is None:
+        return False
+    return all(
+        isinstance(e, (NoConnectionsAvailable, ConnectionBusy))
+        or (isinstance(e, ConnectionException) and bool(_UNSENT.match(str(e))))
+        for e in errors.values()
     )
 
 

@@ -109,6 +109,26 @@ def start_sink(spark: Any, options: dict[str, str], ck: str, rows_per_second: in
     )
 
 
+def running(check: Any, timeout: float, *queries: Any) -> None:
+    """Wait for ``check()``; fail at once, with its error, if one of ``queries`` stopped."""
+
+    def ok() -> bool:
+        for q in queries:
+            if not q.isActive:
+                raise AssertionError(f"a query stopped: {str(q.exception())[-3000:]}")
+        return bool(check())
+
+    try:
+        eventually(ok, timeout, 0.5)
+    except AssertionError as exc:
+        if "a query stopped" in str(exc):
+            raise
+        raise AssertionError(
+            f"{exc}; progress: "
+            + "; ".join(str((q.lastProgress or {}).get("batchId")) for q in queries)
+        ) from None
+
+
 def committed_rate_rows(sink: Any) -> int:
     """Rows of the sink's committed batches: the rate source numbers its rows 0, 1, ... in order,
     so rate-0 .. rate-(n-1) must all be delivered."""
@@ -181,7 +201,7 @@ def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
     sink = start_sink(sspark, {**options, "queue": stream_q}, str(tmp_path / "sink"))
     pauses: dict[str, float] = {}
     try:
-        eventually(lambda: collector.arrivals, 180, 0.5)
+        running(lambda: collector.arrivals, 180, src, sink)
         for p in procs:
             p.start()
         time.sleep(10)  # traffic first
@@ -286,7 +306,7 @@ def test_single_node_killed_under_running_queries_fails_clearly_and_resumes(
     sink = start_sink(sspark, {**options, "queue": queue}, sink_ck)
     committed = 0
     try:
-        eventually(lambda: len(collector.arrivals) >= 3, 180, 0.5)
+        running(lambda: len(collector.arrivals) >= 3, 180, src, sink)
         killed = time.time()
         single_node.kill(1)
         errors = {
@@ -315,7 +335,7 @@ def test_single_node_killed_under_running_queries_fails_clearly_and_resumes(
     sink = start_sink(sspark, {**options, "queue": queue}, sink_ck)
     admin = QueueClient.from_options(options)
     try:
-        eventually(lambda: committed_rate_rows(sink) > 40, 180, 0.5)
+        running(lambda: committed_rate_rows(sink) > 40, 180, sink, src)
         sink.stop()
         sink.awaitTermination(60)
         assert sink.exception() is None, sink.exception()
