@@ -17,12 +17,21 @@ import logging
 
 from cassandra import OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
 
 from .queues import QueueInfo
 from .session import Connection
 
 log = logging.getLogger(__name__)
-COUNTER_FAILURES = (WriteTimeout, Unavailable, OperationTimedOut, NoHostAvailable)
+# ConnectionException: the connection died with the update in flight (a node SIGKILLed); the
+# retry policy never re-sends a counter update, so the driver hands that error up as it is.
+COUNTER_FAILURES = (
+    WriteTimeout,
+    Unavailable,
+    OperationTimedOut,
+    NoHostAvailable,
+    ConnectionException,
+)
 
 NAMES = ("enqueued", "acked", "dead_lettered", "dropped", "republished", "lost")
 

@@ -149,6 +149,15 @@ PRODUCER_MESSAGES = 600
 CONSUMER_MAX_SECONDS = 600.0
 
 
+def _described(exc: BaseException) -> str:
+    """An error and where in the product it came from, for the test's failure message."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "cassieq_spark" in f.filename]
+    where = f" at {frames[-1].filename.rsplit('/', 2)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}"[:300] + where
+
+
 def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) -> None:
     """put and put_many (5 messages) in turn until ``stop``; reports what was sent and every
     error that reached the caller."""
@@ -170,7 +179,7 @@ def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) 
                     client.put_many(queue, [b.encode() for b in batch])
                 sent.extend(batch)
             except Exception as exc:  # the test fails on any; it records which
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                errors.append(_described(exc))
             i += 1
             time.sleep(0.15)  # about what two consumers keep up with on this machine
     out.put(("producer", sent, errors))
@@ -200,7 +209,7 @@ def consume(options: dict[str, str], queue: str, stop: Any, out: Any) -> None:
                 if client.ack(queue, msg.pop_receipt):
                     acked.append((msg.text, msg.id, got, time.time()))
             except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                errors.append(_described(exc))
     out.put(("consumer", acked, errors))
 
 

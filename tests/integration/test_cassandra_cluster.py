@@ -1,5 +1,7 @@
-"""A real 3-node cluster on 127.0.0.1-3 survives the graceful loss of one node at QUORUM, and the
-queue's clients ride through a node killed with SIGKILL and restarted.
+"""A real 3-node cluster on 127.0.0.1-3 survives the graceful loss of one node at QUORUM.
+
+The queue's clients and Spark queries through a node SIGKILLed, frozen and a rolling restart
+are in test_cassandra_cluster_spark.py, on the same cluster (the ``cluster3`` fixture).
 
 The cluster uses its own ports (CQL 19042, storage 17000) and directory (.cassandra/cluster), so it
 runs beside the single development node on 127.0.0.1:9042/7000.
@@ -7,9 +9,8 @@ runs beside the single development node on 127.0.0.1:9042/7000.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from cassandra import ConsistencyLevel, Unavailable
@@ -19,10 +20,7 @@ from cassandra.query import SimpleStatement
 from cluster_faults import (  # tests/integration is on sys.path
     CLUSTER_NODES,
     Faults,
-    check_client_traffic,
-    consume,
     eventually,
-    produce,
 )
 
 from cassieq_spark.local_cassandra import LocalCassandra
@@ -128,69 +126,3 @@ def test_quorum_survives_one_node_down_and_the_node_rejoins(
     finally:
         node3.shutdown()
     session.execute(f"DROP KEYSPACE {keyspace}")
-
-
-# -- the queue's clients through node failures ----------------------------------------------------
-
-
-def _clients_through(cluster3: Faults, fault: Callable[[], None]) -> float:
-    """Run 2 producer and 2 consumer processes on RF=3 around ``fault()``; check that no error
-    reached them, nothing was enqueued twice, everything sent was acked exactly once. Returns the
-    longest pause between two acks (seconds): what the fault cost the consumers."""
-    import multiprocessing as mp
-
-    from cassieq_spark import QueueClient
-
-    options = cluster3.client_options("cassieq_cluster")
-    with QueueClient.from_options(options) as admin:
-        admin.bootstrap(create_keyspace=True, replication_factor=3)
-        queue = f"q_{uuid.uuid4().hex[:10]}"
-        admin.create_queue(queue)
-    ctx = mp.get_context("spawn")
-    out, stop = ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(target=produce, args=(options, queue, f"p{i}", stop, out)) for i in range(2)
-    ]
-    procs += [ctx.Process(target=consume, args=(options, queue, stop, out)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        time.sleep(8)  # traffic first
-        fault()
-        time.sleep(8)  # and after
-    finally:
-        stop.set()
-    results = [out.get(timeout=700) for _ in procs]
-    for p in procs:
-        p.join(30)
-    figures = check_client_traffic(results)
-    print(f"{figures['messages']} messages, longest pause between acks "
-          f"{figures['longest_ack_pause_s']} s")  # fmt: skip
-    return float(figures["longest_ack_pause_s"])
-
-
-def test_clients_ride_through_a_killed_node_without_error_duplicate_or_loss(
-    cluster3: Faults,
-) -> None:
-    """Node 3 SIGKILLed mid-traffic and restarted 17 s later."""
-
-    def kill_and_restart() -> None:
-        cluster3.kill(3)
-        time.sleep(17)
-        cluster3.restart(3)
-
-    _clients_through(cluster3, kill_and_restart)
-
-
-def test_clients_ride_through_a_paused_node_and_a_rolling_restart(cluster3: Faults) -> None:
-    """Node 2 frozen for 10 s (SIGSTOP: a long GC pause), then every node restarted in turn."""
-
-    def pause_then_roll() -> None:
-        with cluster3.frozen(2):
-            time.sleep(10)
-        time.sleep(5)
-        for index in (3, 2, 1):
-            cluster3.stop(index)
-            cluster3.restart(index)
-
-    _clients_through(cluster3, pause_then_roll)

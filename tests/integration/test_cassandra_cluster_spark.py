@@ -212,12 +212,14 @@ def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
         cluster3.restart(3)
         time.sleep(5)
         pauses["node 3 SIGKILLed, restarted 20 s later"] = collector.longest_pause(t0, time.time())
+        print(f"\nkill + restart phase: {time.time() - t0:.0f} s")
 
         t0 = time.time()
         with cluster3.frozen(2):
             time.sleep(10)
         time.sleep(5)
         pauses["node 2 frozen 10 s"] = collector.longest_pause(t0, time.time())
+        print(f"pause phase: {time.time() - t0:.0f} s")
 
         t0 = time.time()
         for index in (3, 2, 1):
@@ -225,14 +227,17 @@ def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
             cluster3.restart(index)
         time.sleep(5)
         pauses["rolling restart of nodes 3, 2, 1"] = collector.longest_pause(t0, time.time())
+        print(f"rolling restart phase: {time.time() - t0:.0f} s")
 
         for query, name in ((src, "source"), (sink, "sink")):
             assert query.isActive and query.exception() is None, f"the {name} query stopped"
     finally:
         stop.set()
+    t0 = time.time()
     results = [out.get(timeout=700) for _ in procs]
     for p in procs:
         p.join(30)
+    print(f"client drain: {time.time() - t0:.0f} s")
     sink.stop()
     sink.awaitTermination(60)
     # The stream queue's producer tags its payloads "sp-"; its errors count like the others'.
@@ -244,6 +249,7 @@ def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
     rows = live_rows(admin, stream_q)
     try:
         eventually(lambda: set(rows) <= set(collector.deliveries()), 240, 1.0)
+        print(f"stream drain: {time.time() - t0:.0f} s")
         time.sleep(3)  # a late duplicate would show up here
     finally:
         src.stop()
