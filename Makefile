@@ -12,7 +12,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
+.PHONY: soak spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -102,3 +102,9 @@ dist: setup
 
 clean:
 	rm -rf $(VENV) .cassandra build dist *.egg-info
+
+# Every producer and consumer at once for MINUTES on a durable local Cassandra of NODES nodes
+# (its own, on port 21042); writes bench/results/soak-<stamp>.json. Not run by CI.
+MINUTES ?= 10
+soak: setup
+	$(PY) -m bench.soak --minutes $(MINUTES) --nodes $(NODES)

@@ -1,0 +1,349 @@
+"""The soak: every producer and consumer of the queue at once, for minutes, counted.
+
+``make soak MINUTES=10 [NODES=3]`` (``python -m bench.soak --minutes 10 --nodes 3``) starts a
+durable local Cassandra of its own (1 or 3 nodes on 127.0.0.1-3, CQL port 21042, RF = nodes),
+then runs together:
+
+- a Spark streaming sink (rate source -> queue ``stream``) and the streaming source on that
+  queue (processingTime 500 ms, foreachBatch recording every delivery), in this process's
+  local[2] Spark;
+- a client producer into ``stream``, a client producer into ``clients`` and two client get/ack
+  consumers on ``clients``, each in a process of its own.
+
+Every payload carries its send time, so each delivery gives an end-to-end latency. After the
+run it stops the producers, lets the consumers drain, and writes
+``bench/results/soak-<stamp>.json``: messages produced and delivered per path, duplicates with
+their cause (a replay of the same Spark batch; a client redelivery after the visibility timeout;
+an enqueue twice), lost messages, latency p50/p99 per minute, and the resident memory of every
+process (Python driver, Spark JVM, Python workers, client processes, Cassandra nodes) at the
+start, at minute 2 and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import percentile
+from bench.memory import _cmdline, _status_kb, descendants
+from bench.soak_traffic import consume, produce, read_lines
+
+log = logging.getLogger("bench.soak")
+RESULTS = Path(__file__).resolve().parent / "results"
+PORT, STORAGE_PORT = 21042, 21000
+SINK_ROWS_PER_SECOND = 20
+PRODUCER_RATE = 10.0  # messages per second, per client producer
+
+
+class Deliveries:
+    """foreachBatch sink of the streaming source: (id, payload, received ms, batch id)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, int, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        got = int(time.time() * 1000)
+        rows = df.select("id", "value").collect()
+        with self.lock:
+            self.rows.extend((r.id, bytes(r.value).decode(), got, batch_id) for r in rows)
+
+
+class MemoryLog:
+    """RSS of named processes every ``interval`` seconds, in a thread."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 10.0):
+        self.pids = dict(pids)
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.interval = interval
+        self.started = time.monotonic()
+
+    def _sample(self) -> None:
+        named = dict(self.pids)
+        for pid in descendants(os.getpid()):  # the Spark JVM and its Python workers
+            cmd = _cmdline(pid)
+            if "java" in cmd.split(" ")[0]:
+                named.setdefault("spark_jvm", pid)
+            elif "pyspark" in cmd:
+                named[f"spark_python_{pid}"] = pid
+        rss = {}
+        for name, pid in named.items():
+            kb = _status_kb(pid, "VmRSS")
+            if kb is not None:
+                rss[name] = round(kb / 1024.0, 1)
+        self.samples.append((time.monotonic() - self.started, rss))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._sample()
+            except Exception:  # a process ended between listing and reading
+                continue
+
+    def start(self) -> None:
+        self._sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+
+    def at(self, seconds: float) -> dict[str, float]:
+        return min(self.samples, key=lambda s: abs(s[0] - seconds))[1]
+
+
+def _sent_ms(payload: str) -> int:
+    return int(payload.rsplit("-", 1)[1])
+
+
+def _per_minute(latencies: list[tuple[int, float]], t0_ms: int) -> list[dict[str, Any]]:
+    by_min: dict[int, list[float]] = collections.defaultdict(list)
+    for got, lat in latencies:
+        by_min[(got - t0_ms) // 60000].append(lat)
+    out = []
+    for minute in sorted(by_min):
+        vals = sorted(by_min[minute])
+        out.append(
+            {
+                "minute": minute + 1,
+                "messages": len(vals),
+                "p50_s": round(percentile(vals, 50) or 0, 3),
+                "p99_s": round(percentile(vals, 99) or 0, 3),
+            }
+        )
+    return out
+
+
+def _stream_figures(rows, produced: set[str], sink_rows: int) -> dict[str, Any]:
+    """The stream path: client payloads ``ps-...`` and the sink's ``sink-<n>-<ms>`` (rows 0 ..
+    sink_rows-1 of committed sink batches must all arrive)."""
+    per_id = collections.defaultdict(set)
+    payload_ids = collections.defaultdict(set)
+    count: collections.Counter[int] = collections.Counter()
+    for mid, payload, _, batch in rows:
+        per_id[mid].add(batch)
+        payload_ids[payload].add(mid)
+        count[mid] += 1
+    sink_seen = {int(p.split("-")[1]) for p in payload_ids if p.startswith("sink-")}
+    lost = sorted(produced - set(payload_ids))
+    lost += [f"sink-{k}" for k in range(sink_rows) if k not in sink_seen]
+    return {
+        "delivered": len(per_id),
+        "duplicates": {
+            "replay_of_same_batch": sum(n - 1 for m, n in count.items() if len(per_id[m]) == 1),
+            "in_another_batch": sum(1 for m in per_id if len(per_id[m]) > 1),
+            "enqueued_twice": sum(1 for ids in payload_ids.values() if len(ids) > 1),
+        },
+        "lost": lost[:50],
+        "lost_count": len(lost),
+    }
+
+
+def _client_figures(acks: list[dict], produced: set[str]) -> dict[str, Any]:
+    by_payload = collections.defaultdict(list)
+    for a in acks:
+        by_payload[a["p"]].append(a)
+    return {
+        "delivered": len(by_payload),
+        "duplicates": {
+            "redelivered_after_visibility_timeout": sum(
+                len(v) - 1 for v in by_payload.values() if len({a["id"] for a in v}) == 1
+            ),
+            "enqueued_twice": sum(1 for v in by_payload.values() if len({a["id"] for a in v}) > 1),
+        },
+        "lost": sorted(produced - set(by_payload))[:50],
+        "lost_count": len(produced - set(by_payload)),
+    }
+
+
+def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
+    from bench.common import BenchConfig, spark_session
+    from cassieq_spark import QueueClient
+    from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+
+    cluster = LocalCassandra(
+        nodes=nodes,
+        port=PORT,
+        storage_port=STORAGE_PORT,
+        heap="512M",
+        base_dir=STATE_DIR / f"soak-{nodes}",
+        durable=True,
+    )
+    if not cluster.is_running():
+        cluster.wipe()
+    work = Path(tempfile.mkdtemp(prefix="cassieq-soak-"))
+    stop = str(work / "stop")
+    with cluster:
+        options = {
+            "contactPoints": ",".join(cluster.contact_points),
+            "port": str(PORT),
+            "keyspace": "cassieq_soak",
+        }
+        with QueueClient.from_options(options) as admin:
+            admin.bootstrap(create_keyspace=True, replication_factor=min(3, nodes))
+            stamp = time.strftime("%Y%m%d%H%M%S")
+            stream_q, client_q = f"stream_{stamp}", f"clients_{stamp}"
+            admin.create_queue(stream_q, bucket_size=1000)
+            admin.create_queue(client_q, bucket_size=1000)
+        ctx = mp.get_context("spawn")
+        procs = {
+            "producer_stream": ctx.Process(
+                target=produce,
+                args=(options, stream_q, "ps", PRODUCER_RATE, stop, str(work / "ps.jsonl")),
+            ),
+            "producer_clients": ctx.Process(
+                target=produce,
+                args=(options, client_q, "pc", PRODUCER_RATE, stop, str(work / "pc.jsonl")),
+            ),
+        }
+        for k in range(2):
+            procs[f"consumer_{k}"] = ctx.Process(
+                target=consume, args=(options, client_q, stop, str(work / f"c{k}.jsonl"))
+            )
+        cfg = BenchConfig.make(quick=True)
+        spark = spark_session(cfg, "cassieq-soak")
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        deliveries = Deliveries()
+        reader = spark.readStream.format("cassieq").options(
+            **options, queue=stream_q, consumerId=f"{stream_q}-soak"
+        )
+        source = (
+            reader.load()
+            .writeStream.foreachBatch(deliveries)
+            .option("checkpointLocation", str(work / "src"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        sink = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", str(SINK_ROWS_PER_SECOND))
+            .load()
+            .selectExpr(
+                "concat('sink-', CAST(value AS STRING), '-', "
+                "CAST(unix_millis(timestamp) AS STRING)) AS value"
+            )  # fmt: skip
+            .writeStream.format("cassieq")
+            .options(**options, queue=stream_q)
+            .option("checkpointLocation", str(work / "sink"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        for p in procs.values():
+            p.start()
+        pids = {name: p.pid for name, p in procs.items() if p.pid}
+        pids["driver_python"] = os.getpid()
+        for i in range(1, nodes + 1):
+            pid = cluster.pid(i)
+            if pid:
+                pids[f"cassandra_{i}"] = pid
+        memory = MemoryLog(pids)
+        memory.start()
+        t0_ms = int(time.time() * 1000)
+        deadline = time.monotonic() + minutes * 60
+        while time.monotonic() < deadline:
+            time.sleep(5)
+            for q, name in ((source, "source"), (sink, "sink")):
+                if not q.isActive:
+                    raise RuntimeError(f"the {name} query stopped: {q.exception()}")
+            log.info(
+                "%.1f min: %d stream deliveries", (time.time() * 1000 - t0_ms) / 60000,
+                len(deliveries.rows),
+            )  # fmt: skip
+        Path(stop).touch()
+        for p in procs.values():
+            p.join(300)
+        sink.stop()
+        sink_rows = sum(p["numInputRows"] for p in sink.recentProgress)
+        produced_stream = {r["p"] for r in read_lines(work / "ps.jsonl") if "p" in r}
+        # The source drains what is left (at most 2 minutes).
+        drain_until = time.monotonic() + 120
+        while time.monotonic() < drain_until:
+            with deliveries.lock:
+                got = {p for _, p, _, _ in deliveries.rows}
+            if produced_stream <= got and sink_rows <= sum(1 for p in got if p.startswith("sink-")):
+                break
+            time.sleep(2)
+        time.sleep(3)
+        source.stop()
+        memory.stop()
+        spark.stop()
+
+    with deliveries.lock:
+        rows = list(deliveries.rows)
+    stream = _stream_figures(rows, produced_stream, sink_rows)
+    acks = [r for k in range(2) for r in read_lines(work / f"c{k}.jsonl") if "p" in r]
+    produced_clients = {r["p"] for r in read_lines(work / "pc.jsonl") if "p" in r}
+    clients = _client_figures(acks, produced_clients)
+    errors = [r["error"] for f in work.glob("*.jsonl") for r in read_lines(f) if "error" in r]
+    latencies = [(got, (got - _sent_ms(p)) / 1000) for _, p, got, _ in rows]
+    latencies += [(a["t"], (a["t"] - _sent_ms(a["p"])) / 1000) for a in acks]
+    end = memory.samples[-1][0]
+    start_mem, minute2, end_mem = memory.at(30), memory.at(120), memory.at(end)
+    growth = {
+        k: round(100.0 * (end_mem[k] - v) / v, 1)
+        for k, v in minute2.items()
+        if k in end_mem and v > 0 and not k.startswith("spark_python_")
+    }
+    return {
+        "minutes": minutes,
+        "nodes": nodes,
+        "replication_factor": min(3, nodes),
+        "rates": {"sink_rows_per_s": SINK_ROWS_PER_SECOND, "per_client_producer": PRODUCER_RATE},
+        "produced": {
+            "sink": sink_rows,
+            "client_into_stream": len(produced_stream),
+            "client_into_clients": len(produced_clients),
+        },
+        "stream": stream,
+        "clients": clients,
+        "errors_seen_by_clients": len(errors),
+        "errors_sample": errors[:5],
+        "latency_per_minute": _per_minute(latencies, t0_ms),
+        "memory_mib": {"start_30s": start_mem, "minute_2": minute2, "end": end_mem},
+        "memory_growth_pct_minute2_to_end": growth,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--nodes", type=int, choices=(1, 3), default=1)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    RESULTS.mkdir(exist_ok=True)
+    report = run(args.minutes, args.nodes, RESULTS)
+    total = report["produced"]
+    if sum(total.values()) == 0:
+        print("soak did no work: nothing was produced", file=sys.stderr)
+        return 1
+    path = RESULTS / f"soak-{time.strftime('%Y-%m-%d_%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: report[k] for k in ("produced", "errors_seen_by_clients")}, indent=2))
+    print(f"stream: {report['stream']['delivered']} delivered, lost {report['stream']['lost_count']}, "
+          f"duplicates {report['stream']['duplicates']}")  # fmt: skip
+    print(f"clients: {report['clients']['delivered']} delivered, lost "
+          f"{report['clients']['lost_count']}, duplicates {report['clients']['duplicates']}")  # fmt: skip
+    for m in report["latency_per_minute"]:
+        print(f"minute {m['minute']}: {m['messages']} msgs, p50 {m['p50_s']} s, p99 {m['p99_s']} s")
+    print(f"memory growth minute 2 -> end (%): {report['memory_growth_pct_minute2_to_end']}")
+    print(f"wrote {path}")
+    lost = report["stream"]["lost_count"] + report["clients"]["lost_count"]
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
