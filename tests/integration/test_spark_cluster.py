@@ -342,7 +342,7 @@ def test_speculative_attempt_writes_each_row_once(
     assert not dupes, f"written twice: {dupes}"
 
 
-def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options):
+def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options, tmp_path):
     """`make demo SPARK_MASTER=...`: the main job, unchanged, with its executors on the workers
     (this checkout's venv, as on one machine). Its own end-of-run check must say OK."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASSIEQ_")}
@@ -359,6 +359,8 @@ def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options):
             cassieq_options["port"],
             "--master",
             spark_cluster.master_url,
+            "--out",
+            str(tmp_path),
         ],
         env=env,
         capture_output=True,
