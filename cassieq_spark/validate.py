@@ -3,7 +3,7 @@
 The client, the CLI, the Spark options and the repair job all call these, so a value has the
 same limits, and a refusal the same wording, wherever it comes from. Each refusal is a
 :class:`~cassieq_spark.errors.ConfigError` of one line that names the value (or option) and
-says what is allowed. The limits themselves are written down in the README ("Limits").
+says what is allowed. The limits themselves are written down in docs/client.md ("Limits").
 """
 
 from __future__ import annotations
