@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import io
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from rich.console import Console
@@ -163,6 +164,15 @@ def test_watch_count_refuses_anything_but_a_whole_number_from_1(value: object) -
     assert watch_count("3") == 3
 
 
+@pytest.fixture
+def cli_logging() -> Iterator[None]:
+    # main() quiets the driver's logger for its one-line errors; later tests keep their logs.
+    driver = logging.getLogger("cassandra")
+    level = driver.level
+    yield
+    driver.setLevel(level)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -172,7 +182,7 @@ def test_watch_count_refuses_anything_but_a_whole_number_from_1(value: object) -
     ],
 )
 def test_a_bad_watch_value_is_one_line_and_exit_2_before_connecting(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], cli_logging: None
 ) -> None:
     # Port 1 answers nothing: reaching the connection would be exit 1, not 2.
     status = cli_main(["--port", "1", "stats", "q", "--watch", *args])
@@ -180,7 +190,9 @@ def test_a_bad_watch_value_is_one_line_and_exit_2_before_connecting(
     assert status == 2 and err.count("\n") == 1 and message in err, err
 
 
-def test_interval_without_watch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+def test_interval_without_watch_is_refused(
+    capsys: pytest.CaptureFixture[str], cli_logging: None
+) -> None:
     assert cli_main(["--port", "1", "stats", "q", "--interval", "1"]) == 2
     assert "go with --watch" in capsys.readouterr().err
 
