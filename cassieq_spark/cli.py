@@ -6,11 +6,13 @@ Machine-readable output (JSON) for everything a script reads; errors are one lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 from collections.abc import Sequence
 
+from . import watch
 from .client import QueueClient
 from .config import (
     add_connection_flags,
@@ -29,6 +31,10 @@ from .validate import (
     MAX_REPAIR_TIMEOUT_SECONDS,
     MAX_REPLICATION_FACTOR,
     MAX_VISIBILITY_SECONDS,
+    MAX_WATCH_INTERVAL_SECONDS,
+    MIN_WATCH_INTERVAL_SECONDS,
+    watch_count,
+    watch_interval,
 )
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,9 @@ EXIT_USAGE = 2  # argparse's own status for bad arguments
 EXIT_EMPTY = 3  # `get` found no visible message
 EXIT_NOT_FOUND = 4  # the queue does not exist
 EXIT_STALE = 5  # `ack`/`change-visibility` with a receipt that no longer owns its message
+EXIT_INTERRUPTED = 130  # Ctrl-C outside a watch: the shell's convention for SIGINT
+
+DEFAULT_WATCH_INTERVAL = 2.0
 
 EPILOG = f"""\
 exit statuses:
@@ -48,6 +57,7 @@ exit statuses:
   {EXIT_EMPTY}  get: the queue has no visible message (nothing is printed on stdout)
   {EXIT_NOT_FOUND}  the queue does not exist
   {EXIT_STALE}  ack/change-visibility: the receipt is stale (acked or redelivered since)
+  Ctrl-C ends `stats --watch` with {EXIT_OK}; anything else it interrupts ends with {EXIT_INTERRUPTED}
 
 limits (the same in the Python client, the Spark options and the repair job):
   queue names   1-200 of letters, digits, '_', '-', '.', starting with a letter or digit
@@ -58,6 +68,7 @@ limits (the same in the Python client, the Spark options and the repair job):
   payload       up to the queue's max_payload_bytes (default 1 MiB, at most 15 MiB)
   headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (Python client, Spark sink)
   --replication-factor  1 to {MAX_REPLICATION_FACTOR}, and no more than the cluster's nodes can serve
+  stats --interval  {MIN_WATCH_INTERVAL_SECONDS:g} to {MAX_WATCH_INTERVAL_SECONDS:g} s (default {DEFAULT_WATCH_INTERVAL:g})   stats --count  >= 1
   --replication  JSON map: SimpleStrategy + replication_factor, or NetworkTopologyStrategy + replicas per data center (1 to {MAX_REPLICATION_FACTOR} each)
 
 connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
@@ -146,8 +157,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("queue")
     s.add_argument("--limit", type=int, default=10, metavar="N")
 
-    s = sub.add_parser("stats", help="counters and current state of a queue (JSON)")
+    s = sub.add_parser(
+        "stats", help="counters and current state of a queue (JSON); --watch for a live view"
+    )
     s.add_argument("queue")
+    s.add_argument(
+        "--watch",
+        action="store_true",
+        help="redraw a live view (backlog, in flight, rates, consumer, pointers); Ctrl-C stops",
+    )
+    # Strings, checked by validate.py, so a bad value gets the same one-line wording as elsewhere.
+    s.add_argument(
+        "--interval",
+        default=None,
+        metavar="S",
+        help=f"seconds between refreshes of --watch (default {DEFAULT_WATCH_INTERVAL:g})",
+    )
+    s.add_argument("--count", default=None, metavar="N", help="stop --watch after N refreshes")
 
     for name, what in (
         ("redrive", "move dead letters back to --to, each exactly once (JSON counts)"),
@@ -167,6 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
     return options_from_flags(args)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Values argparse takes as text, checked before connecting: a typo costs no connection."""
+    if args.command != "stats":
+        return
+    if not args.watch:
+        if args.interval is not None or args.count is not None:
+            raise ConfigError("--interval and --count go with --watch: add --watch or drop them")
+        return
+    args.interval = watch_interval(
+        DEFAULT_WATCH_INTERVAL if args.interval is None else args.interval
+    )
+    args.count = None if args.count is None else watch_count(args.count)
+
+
+def _watch(args: argparse.Namespace, client: QueueClient) -> None:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch is meant to end
+        watch.watch(lambda: client.stats(args.queue), args.interval, args.count)
 
 
 def _run(args: argparse.Namespace, client: QueueClient) -> int:
@@ -218,7 +263,10 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
     elif cmd == "peek":
         _dump([m.as_dict() for m in client.peek(args.queue, args.limit)])
     elif cmd == "stats":
-        _dump(client.stats(args.queue))
+        if args.watch:
+            _watch(args, client)
+        else:
+            _dump(client.stats(args.queue))
     elif cmd in ("redrive", "move"):
         mover = client.redrive if cmd == "redrive" else client.move
         _dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
@@ -237,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The driver logs connection trouble as warnings; our one-line error says it better.
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        _check_args(args)
         config = connection_from_options(_options(args))
         with QueueClient(config) as client:
             status = _run(args, client)
@@ -248,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.status
     except BrokenPipeError:
         return EXIT_ERROR
+    except KeyboardInterrupt:  # while connecting or closing; a watch itself ends in _watch
+        return EXIT_OK if getattr(args, "watch", False) else EXIT_INTERRUPTED
     except Exception as exc:
         if args.debug:
             raise

@@ -3,7 +3,7 @@
 The client, the CLI, the Spark options and the repair job all call these, so a value has the
 same limits, and a refusal the same wording, wherever it comes from. Each refusal is a
 :class:`~cassieq_spark.errors.ConfigError` of one line that names the value (or option) and
-says what is allowed. The limits themselves are written down in the README ("Limits").
+says what is allowed. The limits themselves are written down in docs/client.md ("Limits").
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ MAX_HEADERS_COUNT = 1000
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
 MAX_REPLICATION_FACTOR = 10
+# Each refresh of `cassieq stats --watch` scans the queue's live buckets: faster than a person can
+# read would only load the cluster. An hour is the longest wait that still reads as "watching".
+MIN_WATCH_INTERVAL_SECONDS = 0.1
+MAX_WATCH_INTERVAL_SECONDS = 3600.0
 MAX_PORT = 65535
 
 
@@ -132,6 +136,32 @@ def repair_timeout_seconds(value: object, what: str = "repair timeout") -> float
     """How old an open reservation must be to count as abandoned: > 0 (at 0 every writer in
     flight would count as abandoned at once) and at most :data:`MAX_REPAIR_TIMEOUT_SECONDS`."""
     return seconds(value, what, MAX_REPAIR_TIMEOUT_SECONDS, positive=True)
+
+
+def watch_interval(value: object, what: str = "--interval") -> float:
+    """Seconds between two refreshes of a watch: :data:`MIN_WATCH_INTERVAL_SECONDS` to
+    :data:`MAX_WATCH_INTERVAL_SECONDS`; numeric strings are read, booleans are not numbers."""
+    allowed = (
+        f"a number of seconds from {MIN_WATCH_INTERVAL_SECONDS:g} to {MAX_WATCH_INTERVAL_SECONDS:g}"
+    )
+    raw = value.strip() if isinstance(value, str) else value
+    try:
+        v = float(raw) if not isinstance(raw, bool) else math.nan  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not (MIN_WATCH_INTERVAL_SECONDS <= v <= MAX_WATCH_INTERVAL_SECONDS):  # NaN fails too
+        raise ConfigError(f"{what} must be {allowed}, got {_show(value)}")
+    return v
+
+
+def watch_count(value: object, what: str = "--count") -> int:
+    """How many refreshes a watch draws before it stops: a whole number >= 1."""
+    raw = value.strip() if isinstance(value, str) else value
+    if isinstance(raw, str) and raw.isdigit():
+        raw = int(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+        raise ConfigError(f"{what} must be a whole number of refreshes >= 1, got {_show(value)}")
+    return raw
 
 
 def count(value: object, what: str, minimum: int = 1, maximum: int | None = None) -> int:

@@ -5,6 +5,7 @@ start on a free port, which the launcher names."""
 from __future__ import annotations
 
 import os
+import re
 import socketserver
 import subprocess
 import sys
@@ -145,11 +146,13 @@ def test_a_non_cassandra_listener_moves_the_embedded_node_to_a_free_port(
 @pytest.mark.slow
 @pytest.mark.spark
 def test_demo_uses_the_running_cassandra_and_leaves_it_running(
-    cassandra: CassandraEndpoint,
+    cassandra: CassandraEndpoint, tmp_path: Path
 ) -> None:
     port = _loopback_port(cassandra)
+    out = tmp_path / "demo-out"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "demo.py"), "--seconds", "4", "--port", str(port)],
+        [sys.executable, str(ROOT / "jobs" / "demo.py"), "--seconds", "4", "--port", str(port)]
+        + ["--out", str(out)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -163,3 +166,16 @@ def test_demo_uses_the_running_cassandra_and_leaves_it_running(
     assert said[-1].endswith("OK: every enqueued message was delivered and acked"), said
     assert not any("stopping the Cassandra" in line for line in said)
     assert query_release_version(LOOPBACK, port) is not None
+    # The live view, off a terminal: one plain line per refresh, the counts rising.
+    watched = [line for line in said if "] watch queue=demo " in line]
+    assert len(watched) >= 3, said
+    assert "enqueued=0 " in watched[0] and "\x1b" not in done.stdout
+    assert any(re.search(r" acked=[1-9]\d* ", line) for line in watched), watched
+    # It ends with a plot next to its log, whose paths it prints.
+    log, png = out / "demo.log", out / "demo-enqueued-vs-acked.png"
+    assert f"plot of enqueued vs acked over time: {png}" in said[-2], said[-3:]
+    assert f"log: {log}" in said[-3]
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+    logged = log.read_text()
+    assert "watch queue=demo " in logged and logged.rstrip().endswith(said[-1].split("] ", 1)[1])

@@ -101,7 +101,7 @@ def test_concurrent_producers_every_id_delivered_nothing_to_repair(
         produced = sorted(i for out in outs for i in json.loads(out.read_text()))
         # Messages in the queue, counted from its rows, not from the `enqueued` counter: that
         # misses a sink task the stop killed between its close and its count, and once in CI
-        # exceeded the live rows by 20 after the stop killed a batch (unexplained; README).
+        # exceeded the live rows by 20 after the stop killed a batch (unexplained; docs/status.md).
         info = queue_client.get_queue(queue_name)
         next_id = monoton.horizon(queue_client.conn, info, 0).next_id
         rows = list(read_range(queue_client.conn, info, 0, next_id, "id, dead"))

@@ -2,7 +2,7 @@
 
 The executors and the driver run in a Python environment where ``cassieq_spark`` is NOT installed
 (a fresh venv that sees only the dependencies: pyspark, cassandra-driver, pyarrow); the package
-reaches them the way README "Running on a Spark cluster" tells users: the wheel, renamed ``.zip``,
+reaches them the way docs/spark-cluster.md tells users: the wheel, renamed ``.zip``,
 passed with ``--py-files``. Each test proves from the processes' own report that they imported the
 shipped archive, not this checkout.
 """
@@ -264,7 +264,7 @@ def test_packed_environment_ships_everything(
 ):
     """The venv-pack way: executors unpack ``--archives env.tar.gz#env`` and run ./env/bin/python.
     The driver's own data-source workers also run PYSPARK_PYTHON (./env/bin/python) from the
-    driver's working directory, so the archive must be unpacked there too (README)."""
+    driver's working directory, so the archive must be unpacked there too (docs/spark-cluster.md)."""
     (tmp_path / "env").mkdir()
     subprocess.run(["tar", "-xzf", str(packed_env), "-C", str(tmp_path / "env")], check=True)
     queue = f"t_{uuid.uuid4().hex[:12]}"
@@ -342,7 +342,7 @@ def test_speculative_attempt_writes_each_row_once(
     assert not dupes, f"written twice: {dupes}"
 
 
-def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options):
+def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options, tmp_path):
     """`make demo SPARK_MASTER=...`: the main job, unchanged, with its executors on the workers
     (this checkout's venv, as on one machine). Its own end-of-run check must say OK."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASSIEQ_")}
@@ -359,6 +359,8 @@ def test_demo_runs_on_the_cluster(spark_cluster, cassieq_options):
             cassieq_options["port"],
             "--master",
             spark_cluster.master_url,
+            "--out",
+            str(tmp_path),
         ],
         env=env,
         capture_output=True,

@@ -1,0 +1,140 @@
+"""One Cassandra connection's settings, checked when they are made.
+
+Every way in (Spark options, command-line flags, keyword arguments) ends in one
+:class:`ConnectionConfig`; the checks that keep the queue's guarantees (a quorum at least) live
+in its constructor so no path can skip them.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass, field, fields
+
+from cassandra import ConsistencyLevel
+
+from .. import validate
+from ..errors import ConfigError
+
+# Every "a closed block's rows are visible to the next reader" and "a plain row below the reader
+# was consumed" argument needs reads and writes that overlap (R + W > RF): a quorum at least.
+CONSISTENCY_LEVELS = ("LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
+BELOW_QUORUM = ("ANY", "ONE", "TWO", "THREE", "LOCAL_ONE")
+SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    contact_points: tuple[str, ...] = ("127.0.0.1",)
+    port: int = 9042
+    keyspace: str = "cassieq"
+    local_dc: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl_enabled: bool = False
+    ssl_ca_file: str | None = None
+    ssl_cert_file: str | None = None
+    ssl_key_file: str | None = None
+    ssl_verify: bool = True
+    # A ready-made context (Python API only) wins over the certificate file options.
+    ssl_context_override: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    consistency: str = "LOCAL_QUORUM"
+    serial_consistency: str = "LOCAL_SERIAL"
+    connect_timeout: float = 10.0
+    request_timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.contact_points, str) or not isinstance(
+            self.contact_points, (tuple, list)
+        ):
+            raise ConfigError(
+                "contactPoints must be a list of hosts, e.g. ['127.0.0.1'], got "
+                f"{self.contact_points!r}"
+            )
+        # a tuple, for cache_key(): connections are shared per settings
+        object.__setattr__(self, "contact_points", tuple(self.contact_points))
+        if not self.contact_points:
+            raise ConfigError("contactPoints must name at least one host, e.g. 127.0.0.1")
+        for host in self.contact_points:
+            if not isinstance(host, str) or not host or any(c.isspace() for c in host):
+                raise ConfigError(f"contactPoints has an invalid host {host!r}")
+        # frozen: a numeric string ('9042') is stored as the int the driver needs
+        object.__setattr__(self, "port", validate.port(self.port))
+        validate.keyspace_name(self.keyspace)
+        for name, value in (
+            ("consistency", self.consistency),
+            ("serialConsistency", self.serial_consistency),
+        ):
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be a level name like LOCAL_QUORUM, got {value!r}")
+        level = self.consistency.upper()
+        if level in BELOW_QUORUM:
+            raise ConfigError(
+                f"consistency {self.consistency!r} is below a quorum: a reader could miss rows a "
+                "writer has just written and pass them for good (message loss); use one of "
+                f"{', '.join(CONSISTENCY_LEVELS)} (default LOCAL_QUORUM)"
+            )
+        if level not in CONSISTENCY_LEVELS:
+            raise ConfigError(
+                f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}, got {self.consistency!r}"
+            )
+        if self.serial_consistency.upper() not in SERIAL_LEVELS:
+            raise ConfigError(
+                f"serialConsistency must be one of {', '.join(SERIAL_LEVELS)}, got {self.serial_consistency!r}"
+            )
+        for name, limit_s in (
+            ("connectTimeout", self.connect_timeout),
+            ("requestTimeout", self.request_timeout),
+        ):
+            validate.seconds(limit_s, name, 3600.0, positive=True)
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("username and password go together: give both or neither")
+
+    @property
+    def consistency_level(self) -> int:
+        return ConsistencyLevel.name_to_value[self.consistency.upper()]
+
+    @property
+    def serial_consistency_level(self) -> int:
+        return ConsistencyLevel.name_to_value[self.serial_consistency.upper()]
+
+    def cache_key(self) -> tuple:
+        """Identity of a connection, for per-process session reuse (includes the secret)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def describe(self) -> str:
+        """For logs and errors: never includes the password."""
+        user = f" as {self.username!r}" if self.username else ""
+        return f"{','.join(self.contact_points)}:{self.port} keyspace {self.keyspace!r}{user}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.ssl_context_override is not None:
+            return self.ssl_context_override
+        if not self.ssl_enabled:
+            return None
+        for option, path in (
+            ("sslCaFile", self.ssl_ca_file),
+            ("sslCertFile", self.ssl_cert_file),
+            ("sslKeyFile", self.ssl_key_file),
+        ):
+            if path is not None and not os.access(path, os.R_OK):
+                why = "does not exist" if not os.path.exists(path) else "is not readable"
+                raise ConfigError(f"option {option!r}: {path!r} {why}; give a readable PEM file")
+        try:
+            ctx = ssl.create_default_context(cafile=self.ssl_ca_file)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"option 'sslCaFile': {self.ssl_ca_file!r} holds no usable CA certificate ({exc})"
+            ) from None
+        if not self.ssl_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.ssl_cert_file:
+            try:
+                ctx.load_cert_chain(self.ssl_cert_file, self.ssl_key_file)
+            except ssl.SSLError as exc:
+                raise ConfigError(
+                    f"options 'sslCertFile'/'sslKeyFile': {self.ssl_cert_file!r} and its key do "
+                    f"not make a usable client certificate ({exc})"
+                ) from None
+        return ctx

@@ -1,0 +1,162 @@
+"""Spark-style connection options (case-insensitive names, string values) and the
+``CASSIEQ_*`` environment variables, turned into a :class:`ConnectionConfig`.
+
+Spark hands options over as a case-insensitive dict of strings; the CLI and the jobs reuse the
+same names, so an option is parsed and refused in one place whatever it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .. import validate
+from ..errors import ConfigError
+from .connection import ConnectionConfig
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    return validate.boolean(value, name)
+
+
+def _parse_int(name: str, value: str) -> int:
+    return validate.int_option(value, name)
+
+
+def _parse_float(name: str, value: str) -> float:
+    return validate.float_option(value, name)
+
+
+def _parse_hosts(value: str) -> tuple[list[str], int | None]:
+    hosts, port = [], None
+    for part in str(value).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.count(":") == 1:
+            host, _, p = part.partition(":")
+            if not p.strip().isdigit():
+                raise ConfigError(
+                    f"option 'contactPoints' has {part!r}: the port after ':' must be an "
+                    f"integer, got {p!r}"
+                )
+            port = int(p)
+            part = host
+        hosts.append(part)
+    if not hosts:
+        raise ConfigError("option 'contactPoints' must name at least one host, e.g. 127.0.0.1")
+    return hosts, port
+
+
+CONNECTION_OPTIONS = {
+    "contactpoints": "contactPoints",
+    "port": "port",
+    "keyspace": "keyspace",
+    "localdc": "localDc",
+    "username": "username",
+    "password": "password",
+    "passwordfile": "passwordFile",
+    "ssl": "ssl",
+    "sslcafile": "sslCaFile",
+    "sslcertfile": "sslCertFile",
+    "sslkeyfile": "sslKeyFile",
+    "sslverify": "sslVerify",
+    "consistency": "consistency",
+    "serialconsistency": "serialConsistency",
+    "connecttimeout": "connectTimeout",
+    "requesttimeout": "requestTimeout",
+}
+
+
+def connection_from_options(
+    options: Mapping[str, str], known_only: bool = False
+) -> ConnectionConfig:
+    """Build a ConnectionConfig from Spark-style options (keys case-insensitive, values
+    strings); ``known_only``: any other option name is an error (a typo, e.g. ``consistensy``)."""
+    o = {str(k).lower(): v for k, v in options.items() if v is not None}
+    if known_only:
+        validate.known_options(o, CONNECTION_OPTIONS, "connection")
+    kw: dict = {}
+    if "contactpoints" in o:
+        hosts, port = _parse_hosts(o["contactpoints"])
+        kw["contact_points"] = tuple(hosts)
+        if port is not None:
+            kw["port"] = port
+    if "port" in o:
+        kw["port"] = _parse_int("port", o["port"])
+    if "keyspace" in o:
+        kw["keyspace"] = str(o["keyspace"])
+    if o.get("localdc"):
+        kw["local_dc"] = str(o["localdc"])
+    if "username" in o:
+        kw["username"] = str(o["username"])
+    if "password" in o and "passwordfile" in o:
+        raise ConfigError("options 'password' and 'passwordFile' exclude each other: give one")
+    if "password" in o:
+        kw["password"] = str(o["password"])
+    if "passwordfile" in o:
+        kw["password"] = read_password_file(str(o["passwordfile"]))
+    if "ssl" in o:
+        kw["ssl_enabled"] = _parse_bool("ssl", o["ssl"])
+    for opt, fld in (
+        ("sslcafile", "ssl_ca_file"),
+        ("sslcertfile", "ssl_cert_file"),
+        ("sslkeyfile", "ssl_key_file"),
+    ):
+        if opt in o:
+            kw[fld] = str(o[opt])
+    if "sslverify" in o:
+        kw["ssl_verify"] = _parse_bool("sslVerify", o["sslverify"])
+    if "consistency" in o:
+        kw["consistency"] = str(o["consistency"]).upper()
+    if "serialconsistency" in o:
+        kw["serial_consistency"] = str(o["serialconsistency"]).upper()
+    if "connecttimeout" in o:
+        kw["connect_timeout"] = _parse_float("connectTimeout", o["connecttimeout"])
+    if "requesttimeout" in o:
+        kw["request_timeout"] = _parse_float("requestTimeout", o["requesttimeout"])
+    return ConnectionConfig(**kw)
+
+
+def read_password_file(path: str) -> str:
+    """The password in ``path`` (its first line), read where the connection is made: on a Spark
+    cluster the file must be there on every executor too (ship it with ``--files``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(
+            f"option 'passwordFile': cannot read {path!r} ({exc.strerror or exc}); give a "
+            "readable file whose first line is the password"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"option 'passwordFile': {path!r} is not UTF-8 text") from None
+    if not lines or not lines[0]:
+        raise ConfigError(
+            f"option 'passwordFile': {path!r} is empty; its first line is the password"
+        )
+    return lines[0]
+
+
+ENV_PREFIX = "CASSIEQ_"
+
+
+def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``CASSIEQ_CONTACT_POINTS`` etc. as Spark-style option names, for the CLI and jobs."""
+    env = os.environ if environ is None else environ
+    names = {
+        "CONTACT_POINTS": "contactPoints",
+        "PORT": "port",
+        "KEYSPACE": "keyspace",
+        "LOCAL_DC": "localDc",
+        "USERNAME": "username",
+        "PASSWORD": "password",
+        "PASSWORD_FILE": "passwordFile",
+        "SSL": "ssl",
+        "SSL_CA_FILE": "sslCaFile",
+        "SSL_CERT_FILE": "sslCertFile",
+        "SSL_KEY_FILE": "sslKeyFile",
+        "SSL_VERIFY": "sslVerify",
+        "CONSISTENCY": "consistency",
+    }
+    return {opt: env[ENV_PREFIX + k] for k, opt in names.items() if env.get(ENV_PREFIX + k)}

@@ -1,0 +1,218 @@
+"""The README and docs/ pages against the code, without a server: every `cassieq` and
+`jobs/repair.py` command line they show parses, every `make` target exists, every relative link
+and anchor resolves, every Spark option is documented, and the README's Layout names the tree."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+
+import pytest
+from docs_blocks import PAGES, ROOT, Block, all_blocks, blocks, program_args, shell_commands
+
+from cassieq_spark.cli import build_parser as cassieq_parser
+from cassieq_spark.spark import options as spark_options
+
+SHELL_BLOCKS = all_blocks("bash")
+
+
+def _repair_parser() -> argparse.ArgumentParser:
+    spec = importlib.util.spec_from_file_location("docs_repair_job", ROOT / "jobs" / "repair.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+def _refusal(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+    """argparse's complaint about ``args``, or None when they parse."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            parser.parse_args(args)
+        except SystemExit as exc:
+            return err.getvalue().strip().splitlines()[-1] if exc.code else None
+    return None
+
+
+def _commands(program: str) -> list[tuple[str, list[str]]]:
+    found = []
+    for block in SHELL_BLOCKS:
+        for command in shell_commands(block.code):
+            args = program_args(command, program)
+            if args is not None:
+                found.append((block.where, args))
+    return found
+
+
+def test_the_pages_show_cassieq_and_repair_commands_at_all() -> None:
+    # Guards the parsing below: a change that found no commands would pass vacuously.
+    assert len(_commands("cassieq")) >= 10 and len(_commands("repair.py")) >= 3
+
+
+@pytest.mark.parametrize(
+    "program, parser",
+    [("cassieq", cassieq_parser), ("repair.py", _repair_parser)],
+)
+def test_every_command_line_in_the_docs_parses(program: str, parser) -> None:
+    p = parser()
+    wrong = [
+        f"{where}: {program} {' '.join(args)}: {why}"
+        for where, args in _commands(program)
+        if (why := _refusal(p, args))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_command_the_cli_does_not_have_is_caught() -> None:
+    p = cassieq_parser()
+    assert _refusal(p, ["stats", "q", "--wacth"]) is not None
+    assert _refusal(p, ["purge", "q"]) is not None
+    assert _refusal(p, ["stats", "q", "--watch", "--count", "3"]) is None
+
+
+def _make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"(?m)^([A-Za-z][\w-]*):", text))
+
+
+def test_every_make_target_in_the_docs_exists() -> None:
+    targets = _make_targets()
+    assert {"demo", "test", "setup", "lint"} <= targets
+    wrong = [
+        f"{block.where}: make {word}"
+        for block in SHELL_BLOCKS
+        for command in shell_commands(block.code)
+        if (args := program_args(command, "make")) is not None
+        for word in args
+        if "=" not in word and not word.startswith("-") and word not in targets
+    ]
+    assert not wrong, wrong
+
+
+def test_readme_first_screen_has_the_two_commands() -> None:
+    first = blocks(ROOT / "README.md")[0]
+    assert first.lang == "bash"
+    assert [c[:2] for c in shell_commands(first.code)] == [["make", "demo"], ["make", "test"]]
+    assert first.line < 20
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+    return {_slug(h) for h in re.findall(r"(?m)^#+ (.+)$", text)}
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    wrong = []
+    for page in (*PAGES, ROOT / "bench" / "README.md"):
+        text = re.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+        for target in LINK.findall(text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            where = page.relative_to(ROOT)
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                wrong.append(f"{where}: {target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                wrong.append(f"{where}: {target}: no such heading")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_exclusion_markers_are_explicit_and_give_a_reason() -> None:
+    loose = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in PAGES
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"^\s*<!--.*(skip|not.?run)", line, re.I)
+        and not re.match(r"^\s*<!--\s*not-run:\s*\S.*-->\s*$", line)
+    ]
+    assert not loose, f"use <!-- not-run: reason --> just before the block: {loose}"
+
+
+def test_every_spark_option_is_documented() -> None:
+    page = (ROOT / "docs" / "spark.md").read_text(encoding="utf-8")
+    names = {
+        *spark_options.COMMON_OPTIONS.values(),
+        *spark_options.QUEUE_SETTING_OPTIONS.values(),
+        *spark_options.SINK_OPTIONS.values(),
+        *spark_options.SOURCE_OPTIONS.values(),
+    } - {"path"}  # Spark's own, never given by users
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert not missing, f"docs/spark.md does not mention these options: {missing}"
+
+
+def test_every_cassieq_subcommand_is_documented() -> None:
+    page = (ROOT / "docs" / "client.md").read_text(encoding="utf-8")
+    sub = next(a for a in cassieq_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = sorted(name for name in sub.choices if f"`{name}" not in page)
+    assert not missing, f"docs/client.md does not mention: {missing}"
+
+
+# -- the README's Layout ----------------------------------------------------------------------
+
+PATH_TOKEN = re.compile(r"(?<![\w./-])([A-Za-z_][\w.-]*(?:/[\w.-]+)*(?:/|\.py|\.md))(?![\w/])")
+
+
+def _layout_block() -> Block:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Layout")
+    line = text[:start].count("\n") + 1
+    return next(b for b in blocks(ROOT / "README.md") if b.line > line and b.lang == "")
+
+
+def _layout_paths() -> list[str]:
+    """Every path the Layout names, resolved through its indentation: an entry belongs to the
+    nearest line above it, less indented, that starts with a directory."""
+    stack: list[tuple[int, str]] = []  # (indent, directory) of the lines that opened one
+    out = []
+    for line in _layout_block().code.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1] if stack else ""
+        tokens = PATH_TOKEN.findall(line)
+        first = line.split()[0]
+        if tokens and first == tokens[0] and first.endswith("/"):
+            here = parent + first
+            stack.append((indent, here))
+            out.append(here)
+            out += [here + t for t in tokens[1:]]
+        else:
+            out += [parent + t for t in tokens]
+    return out
+
+
+def test_every_path_in_the_layout_exists() -> None:
+    paths = _layout_paths()
+    assert "cassieq_spark/engine/monoton.py" in paths and "jobs/demo.py" in paths, paths
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"the README's Layout names paths that do not exist: {missing}"
+
+
+def test_the_layout_names_every_module_and_page() -> None:
+    named = set(_layout_paths())
+    modules = [
+        p.relative_to(ROOT).as_posix()
+        for folder in ("cassieq_spark", "jobs", "bench", "docs")
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.suffix in (".py", ".md")
+        and p.name not in ("__init__.py", "__main__.py", "README.md")
+        and "results" not in p.parts
+    ]
+    missing = [m for m in modules if m not in named]
+    assert not missing, f"the README's Layout does not name: {missing}"
