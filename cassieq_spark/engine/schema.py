@@ -22,7 +22,7 @@ from cassandra.cluster import NoHostAvailable, Session
 
 from .. import validate
 from ..errors import KeyspaceReplicationError, SchemaNotBootstrappedError
-from .session import unavailable_error
+from .failures import unavailable_error
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,22 +29,20 @@ from cassandra.cluster import (
     Session,
     UnresolvableContactPoints,
 )
-from cassandra.connection import ConnectionBusy, ConnectionException
+from cassandra.connection import ConnectionException
 from cassandra.policies import (
     ConstantSpeculativeExecutionPolicy,
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
-    RetryPolicy,
     TokenAwarePolicy,
-    WriteType,
 )
-from cassandra.pool import NoConnectionsAvailable
-from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ..config import ConnectionConfig, check_cluster
 from ..errors import CassandraUnavailableError, ConnectionFailedError
 from . import faults
+from .failures import first_error, never_sent, tls_hint, unavailable_error
+from .retries import QueueRetryPolicy, is_idempotent
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +59,6 @@ SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare wh
 UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0)
 RECONNECT_BASE_DELAY = 0.5
 RECONNECT_MAX_DELAY = 10.0
-_COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
-
-
-def is_idempotent(cql: str) -> bool:
-    """Safe to send twice: not a compare-and-set, not a counter update."""
-    return not faults.is_conditional(cql) and not _COUNTER_UPDATE.search(cql)
-
-
-class QueueRetryPolicy(RetryPolicy):
-    """Re-send only what is safe to apply twice.
-
-    The driver's default policy re-sends any statement to the next host after a connection
-    error or an overloaded coordinator, conditional ones included: a compare-and-set that
-    applied and is sent again reports "not applied" and its caller takes its own success for
-    someone else's. Here only statements marked idempotent are re-sent; a compare-and-set whose
-    outcome is unknown is settled by a SERIAL read of its row (:meth:`Connection.cas`).
-    """
-
-    def on_write_timeout(
-        self, query, consistency, write_type, required_responses, received_responses, retry_num
-    ):
-        idempotent = getattr(query, "is_idempotent", False)
-        if retry_num == 0 and idempotent and write_type != WriteType.CAS:
-            return self.RETRY, consistency
-        return self.RETHROW, None
-
-    def on_unavailable(self, query, consistency, required_replicas, alive_replicas, retry_num):
-        # Nothing was applied: the coordinator refused before sending anything.
-        return (self.RETRY_NEXT_HOST, None) if retry_num == 0 else (self.RETHROW, None)
-
-    def on_request_error(self, query, consistency, error, retry_num):
-        # An overloaded or shutting-down coordinator refuses a request before running it, so
-        # even a compare-and-set can go to the next host (a rolling restart showed it).
-        refused = isinstance(error, OverloadedErrorMessage)
-        if retry_num < 2 and (refused or getattr(query, "is_idempotent", False)):
-            return self.RETRY_NEXT_HOST, None
-        return self.RETHROW, None
 
 
 class CasResult:
@@ -237,10 +197,10 @@ class Connection:
                 raise ConnectionFailedError(
                     f"Cassandra at {config.describe()} rejected the credentials; check username/password"
                 ) from exc
-            first = _first_error(exc)
+            first = first_error(exc)
             raise ConnectionFailedError(
                 f"cannot reach Cassandra at {config.describe()}: {first}; "
-                f"{_tls_hint(first, config.ssl_enabled)}"
+                f"{tls_hint(first, config.ssl_enabled)}"
             ) from exc
         except Exception as exc:  # driver raises OSError and friends for bad hosts
             self.cluster.shutdown()
@@ -375,71 +335,6 @@ class Connection:
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
-
-
-# What a TLS mismatch looks like from the client's side, and what the user should change.
-_TLS_HINTS = (
-    ("CERTIFICATE_VERIFY_FAILED", "the node's certificate is not signed by a CA in sslCaFile "
-     "(or does not name this host): give the CA that signed it, or sslVerify=false to test"),
-    ("WRONG_VERSION_NUMBER", "this port does not speak TLS: set ssl=false, or use the TLS port"),
-    ("Connection reset by peer", "a node that requires TLS resets plaintext clients: set "
-     "ssl=true and sslCaFile, or check contactPoints/port"),
-)  # fmt: skip
-
-
-def _tls_hint(error: str, ssl_enabled: bool) -> str:
-    for marker, hint in _TLS_HINTS:
-        if marker in error and (ssl_enabled or marker == "Connection reset by peer"):
-            return hint
-    return (
-        "check contactPoints/port and that the cluster is up (`make cassandra-up` for a local one)"
-    )
-
-
-def unavailable_error(
-    cluster: Cluster, exc: NoHostAvailable, where: str | None = None
-) -> CassandraUnavailableError:
-    """A driver NoHostAvailable from a running cluster connection, as the error a user can act
-    on: which Cassandra, which nodes are down, and what to do."""
-    if isinstance(exc, CassandraUnavailableError):
-        return exc
-    if where is None:
-        where = f"{','.join(map(str, cluster.contact_points))}:{cluster.port}"
-    down = sorted(h.address for h in cluster.metadata.all_hosts() if h.is_up is False)
-    state = f"nodes down: {', '.join(down)}; " if down else ""
-    return CassandraUnavailableError(
-        f"Cassandra at {where} did not answer: no node could take the request "
-        f"({state}{_first_error(exc)}). Nothing acknowledged is lost: retry once the cluster "
-        "is back, or restart the streaming query from its checkpoint",
-        exc.errors if isinstance(exc.errors, dict) else {},
-    )
-
-
-# What the driver reports for a host it did not send the request to: the pool's connection was
-# already dead, the host marked down, or no connection or stream was free.
-_UNSENT = re.compile(
-    r"^(Connection to \S+ is (defunct|closed)|Host has been marked down or removed|"
-    r"Pool is shutdown|Pool for \S+ is shutdown)$"
-)
-
-
-def never_sent(exc: NoHostAvailable) -> bool:
-    """True when no host received the request, so it cannot have applied."""
-    errors = exc.errors if isinstance(exc.errors, dict) else None
-    if errors is None:
-        return False
-    return all(
-        isinstance(e, (NoConnectionsAvailable, ConnectionBusy))
-        or (isinstance(e, ConnectionException) and bool(_UNSENT.match(str(e))))
-        for e in errors.values()
-    )
-
-
-def _first_error(exc: NoHostAvailable) -> str:
-    errors = exc.errors if isinstance(exc.errors, dict) else {}
-    for host, err in errors.items():
-        return f"{host}: {err}"
-    return str(exc)
 
 
 _cache: dict[tuple, Connection] = {}

@@ -11,7 +11,7 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.pool import NoConnectionsAvailable
 
-from cassieq_spark.engine.session import never_sent
+from cassieq_spark.engine.failures import never_sent
 from cassieq_spark.errors import CassandraUnavailableError, ConnectionFailedError
 
 

@@ -1,0 +1,52 @@
+"""What the driver may send again, and when: the queue's retry policy.
+
+A statement applied twice must do no harm, so only idempotent ones are re-sent; compare-and-sets
+whose reply is lost are settled by reading (``Connection.cas``), counter updates never repeated.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cassandra.policies import RetryPolicy, WriteType
+from cassandra.protocol import OverloadedErrorMessage
+
+from . import faults
+
+_COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
+
+
+def is_idempotent(cql: str) -> bool:
+    """Safe to send twice: not a compare-and-set, not a counter update."""
+    return not faults.is_conditional(cql) and not _COUNTER_UPDATE.search(cql)
+
+
+class QueueRetryPolicy(RetryPolicy):
+    """Re-send only what is safe to apply twice.
+
+    The driver's default policy re-sends any statement to the next host after a connection
+    error or an overloaded coordinator, conditional ones included: a compare-and-set that
+    applied and is sent again reports "not applied" and its caller takes its own success for
+    someone else's. Here only statements marked idempotent are re-sent; a compare-and-set whose
+    outcome is unknown is settled by a SERIAL read of its row (:meth:`Connection.cas`).
+    """
+
+    def on_write_timeout(
+        self, query, consistency, write_type, required_responses, received_responses, retry_num
+    ):
+        idempotent = getattr(query, "is_idempotent", False)
+        if retry_num == 0 and idempotent and write_type != WriteType.CAS:
+            return self.RETRY, consistency
+        return self.RETHROW, None
+
+    def on_unavailable(self, query, consistency, required_replicas, alive_replicas, retry_num):
+        # Nothing was applied: the coordinator refused before sending anything.
+        return (self.RETRY_NEXT_HOST, None) if retry_num == 0 else (self.RETHROW, None)
+
+    def on_request_error(self, query, consistency, error, retry_num):
+        # An overloaded or shutting-down coordinator refuses a request before running it, so
+        # even a compare-and-set can go to the next host (a rolling restart showed it).
+        refused = isinstance(error, OverloadedErrorMessage)
+        if retry_num < 2 and (refused or getattr(query, "is_idempotent", False)):
+            return self.RETRY_NEXT_HOST, None
+        return self.RETHROW, None
