@@ -71,18 +71,27 @@ class MemoryLog:
         self.started = time.monotonic()
 
     def _sample(self) -> None:
-        named = dict(self.pids)
-        for pid in descendants(os.getpid()):  # the Spark JVM and its Python workers
-            cmd = _cmdline(pid)
-            if "java" in cmd.split(" ")[0]:
-                named.setdefault("spark_jvm", pid)
-            elif "pyspark" in cmd:
-                named[f"spark_python_{pid}"] = pid
-        rss = {}
-        for name, pid in named.items():
+        rss: dict[str, float] = {}
+        for name, pid in self.pids.items():
             kb = _status_kb(pid, "VmRSS")
             if kb is not None:
                 rss[name] = round(kb / 1024.0, 1)
+        known = set(self.pids.values())
+        workers, workers_kb = 0, 0
+        for pid in descendants(os.getpid()):  # the Spark JVM and the Python workers it forks
+            if pid in known:
+                continue
+            cmd = _cmdline(pid)
+            kb = _status_kb(pid, "VmRSS")
+            if kb is None:
+                continue
+            if "java" in cmd.split(" ")[0] and "CassandraDaemon" not in cmd:
+                rss["spark_jvm"] = round(kb / 1024.0, 1)
+            elif "pyspark" in cmd:
+                workers += 1
+                workers_kb += kb
+        rss["spark_python_workers_sum"] = round(workers_kb / 1024.0, 1)
+        rss["spark_python_workers"] = workers
         self.samples.append((time.monotonic() - self.started, rss))
 
     def _loop(self) -> None:
@@ -262,6 +271,7 @@ def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
                 "%.1f min: %d stream deliveries", (time.time() * 1000 - t0_ms) / 60000,
                 len(deliveries.rows),
             )  # fmt: skip
+        memory.stop()  # the end of the run, before producers stop and the drain
         Path(stop).touch()
         for p in procs.values():
             p.join(300)
@@ -278,7 +288,6 @@ def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
             time.sleep(2)
         time.sleep(3)
         source.stop()
-        memory.stop()
         spark.stop()
 
     with deliveries.lock:
@@ -290,12 +299,14 @@ def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
     errors = [r["error"] for f in work.glob("*.jsonl") for r in read_lines(f) if "error" in r]
     latencies = [(got, (got - _sent_ms(p)) / 1000) for _, p, got, _ in rows]
     latencies += [(a["t"], (a["t"] - _sent_ms(a["p"])) / 1000) for a in acks]
+    per_minute = _per_minute(latencies, t0_ms)
+    steady = [m for m in per_minute if 2 <= m["minute"] <= minutes]
     end = memory.samples[-1][0]
     start_mem, minute2, end_mem = memory.at(30), memory.at(120), memory.at(end)
     growth = {
         k: round(100.0 * (end_mem[k] - v) / v, 1)
         for k, v in minute2.items()
-        if k in end_mem and v > 0 and not k.startswith("spark_python_")
+        if k in end_mem and v > 0 and k != "spark_python_workers"
     }
     return {
         "minutes": minutes,
@@ -311,7 +322,12 @@ def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
         "clients": clients,
         "errors_seen_by_clients": len(errors),
         "errors_sample": errors[:5],
-        "latency_per_minute": _per_minute(latencies, t0_ms),
+        "latency_per_minute": per_minute,
+        # Minute 1 holds the queries' start; the last minutes past ``minutes`` hold the drain.
+        "p99_s_range_minutes_2_to_end": [
+            min((m["p99_s"] for m in steady), default=None),
+            max((m["p99_s"] for m in steady), default=None),
+        ],
         "memory_mib": {"start_30s": start_mem, "minute_2": minute2, "end": end_mem},
         "memory_growth_pct_minute2_to_end": growth,
         "load_average": os.getloadavg(),
