@@ -355,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
           f"duplicates {report['stream']['duplicates']}")  # fmt: skip
     print(f"clients: {report['clients']['delivered']} delivered, lost "
           f"{report['clients']['lost_count']}, duplicates {report['clients']['duplicates']}")  # fmt: skip
-    for path in ("stream", "clients"):
-        for m in report[f"latency_per_minute_{path}"]:
-            print(f"{path} minute {m['minute']}: {m['messages']} msgs, p50 {m['p50_s']} s, "
+    for kind in ("stream", "clients"):
+        for m in report[f"latency_per_minute_{kind}"]:
+            print(f"{kind} minute {m['minute']}: {m['messages']} msgs, p50 {m['p50_s']} s, "
                   f"p99 {m['p99_s']} s")  # fmt: skip
     print(f"memory growth minute 2 -> end (%): {report['memory_growth_pct_minute2_to_end']}")
     print(f"wrote {path}")
