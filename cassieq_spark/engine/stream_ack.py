@@ -42,7 +42,14 @@ from .stream_timers import TimerCandidates
 
 log = logging.getLogger(__name__)
 
-_RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+# One scan (a count and two filtered reads) covers up to this many consecutive buckets and ids,
+# so a batch costs the driver the same few statements up to there, and each statement stays
+# far below the request timeout whatever the batch size.
+SCAN_MAX_BUCKETS = 100
+SCAN_MAX_IDS = 100_000
+SCANS_IN_FLIGHT = 8
+
+_RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket IN ? AND id >= ? AND id < ?"
 _COUNT = "SELECT COUNT(*) AS n " + _RANGE
 # Rows that are not plain: delivered to a client (a version) or delayed (visible_at). The
 # filter runs inside one partition slice, on the replicas.
@@ -63,6 +70,27 @@ def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[i
     if pos < hi:
         out.append((pos, hi))
     return [(a, b) for a, b in out if a < b]
+
+
+def _scans(
+    lo: int, hi: int, excluded: Sequence[tuple[int, int]], bucket_size: int
+) -> list[tuple[list[int], int, int]]:
+    """``[lo, hi)`` outside the ``excluded`` ranges as scans ``(buckets, slo, shi)``: runs of
+    consecutive buckets within one gap. ``id >= slo AND id < shi`` clips every bucket of a run
+    to the gap, since a bucket holds only ids of its own span."""
+    out: list[tuple[list[int], int, int]] = []
+    for glo, ghi in _gaps(lo, hi, excluded):
+        buckets: list[int] = []
+        slo = shi = glo
+        for bucket, blo, bhi in split_by_bucket(glo, ghi, bucket_size):
+            if buckets and (len(buckets) >= SCAN_MAX_BUCKETS or bhi - slo > SCAN_MAX_IDS):
+                out.append((buckets, slo, shi))
+                buckets, slo = [], blo
+            buckets.append(bucket)
+            shi = bhi
+        if buckets:
+            out.append((buckets, slo, shi))
+    return out
 
 
 class BatchAck:
@@ -126,25 +154,35 @@ class BatchAck:
 
     def _id_path_acks(self, lo: int, hi: int, end_ts: int) -> tuple[int, dict[int, int]]:
         """How many plain messages of ``[lo, hi)`` moving the reader pointer acks, and which
-        other ones to mark acked (id -> timer slot)."""
+        other ones to mark acked (id -> timer slot).
+
+        Cassandra counts the rows and filters out the plain ones, a run of buckets per
+        statement, so the driver sends a few statements per batch and receives only the rows
+        that were delayed or delivered to a client."""
         plain = 0
         to_mark: dict[int, int] = {}
         if hi <= lo:
             return plain, to_mark
-        for glo, ghi in _gaps(lo, hi, skipped_overlapping(self.conn, self.queue, lo, hi)):
-            for bucket, blo, bhi in split_by_bucket(glo, ghi, self.queue.bucket_size):
-                key = (self.queue.queue_id, bucket, blo, bhi)
-                total = self.conn.execute_async(_COUNT, key)
-                special: dict[int, Any] = {}  # driver rows
+        excluded = skipped_overlapping(self.conn, self.queue, lo, hi)
+        scans = _scans(lo, hi, excluded, self.queue.bucket_size)
+        special: dict[int, Any] = {}  # driver rows
+        for i in range(0, len(scans), SCANS_IN_FLIGHT):
+            counts, filtered = [], []
+            for buckets, slo, shi in scans[i : i + SCANS_IN_FLIGHT]:
+                key = (self.queue.queue_id, buckets, slo, shi)
+                counts.append(self.conn.execute_async(_COUNT, key))
                 for cond, extra in _NOT_PLAIN:
-                    for row in self.conn.execute(_SPECIAL % cond, (*key, *extra)):
-                        special[row.id] = row
-                plain += total.result().one().n - len(special)
-                for row in special.values():
-                    if row.acked or row.dead:
-                        continue
-                    if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
-                        to_mark[row.id] = slot_of(due_ms(row))
+                    filtered.append(self.conn.execute_async(_SPECIAL % cond, (*key, *extra)))
+            for f in filtered:
+                for row in f.result():
+                    special[row.id] = row
+            plain += sum(f.result().one().n for f in counts)
+        plain -= len(special)
+        for row in special.values():
+            if row.acked or row.dead:
+                continue
+            if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
+                to_mark[row.id] = slot_of(due_ms(row))
         return plain, to_mark
 
     def _mark_acked(self, ids: Sequence[int]) -> None:
