@@ -1,25 +1,28 @@
 """Consuming a queue batch by batch for a stream processor (the Spark source's driver side).
 
-A batch is planned on one process, read on others, and acked after the processor committed
-it. It delivers
+A batch is planned on one process, read on others (``stream_read.py``), and acked after the
+processor committed it (``stream_ack.py``). A batch ``(start, end]`` between two
+:class:`Position` s delivers
 
-* the *id path*: ids in ``[from, to)`` (``from`` at or above the reader pointer) that are due
-  at the batch's time ``end_ts`` (plain messages always are), and
-* the *timer path*: delayed or once client-delivered messages below ``from`` that are due at
-  ``end_ts`` and not acked, found through their timers in the slots
-  ``[timer_scan_start(start_ts), slot(end_ts)]``. The scan looks ``TIMER_SETTLE_SLOTS`` back
-  before the previous batch's time: a client whose clock is a little behind can write a due
-  time there after that batch was planned, and the message must still come (finding F12).
+* the *id path*: ids in ``[max(start.id, end.from_id), end.id)`` that are due at the batch's
+  time ``end.ts`` (plain messages always are), and
+* the *timer path*: delayed or once client-delivered messages below that which are due at
+  ``end.ts`` and not acked, found through their timers (``stream_timers.py``).
 
-Batches run one after the other and each is acked before the next is planned, so a message
-delivered by one batch is acked (``acked = true``, or the reader pointer for plain messages)
-before the next batch looks: nothing is delivered twice without a failure in between.
+**Planning** never moves past an id that may still be in flight: the end is the horizon of
+``monoton`` (lowest open, young reservation). Reservations older than the queue's repair
+timeout are handed to repair *before* a batch passes them, and every batch excludes those
+ranges, so repair's republish never duplicates a delivered message. A batch starts at the
+queue's reader pointer if another consumer moved it past the previous end (finding F26), and
+its time is Cassandra's, never the caller's (a clock running ahead would deliver delayed
+messages early: finding F29). With a target (a run that ends once it has consumed what was
+there when it started), planning waits for blocks still being written below the target.
 
-**Acking what was delivered, nothing else** (F12). The ack re-reads the rows. A row counts as
-delivered when it passes the reading rule *and* its delivery state (``invisible_until``,
-written only by compare-and-sets, hence stamped with Cassandra's clock) was written before the
-batch's time, which comes from Cassandra's clock too: then the executor saw that very state.
-A row a client changed since is not acked; it comes again (at least once), never lost.
+**Ack on commit.** The caller plans batch N+1 only after batch N is committed, so planning acks
+everything below its start first. Batches run one after the other and each is acked before the
+next is planned, so a message delivered by one batch is acked (``acked = true``, or the reader
+pointer for plain messages) before the next batch looks: nothing is delivered twice without a
+failure in between.
 
 All pointer moves are fenced by the consumer lease (see ``lease.py``).
 """
@@ -27,167 +30,67 @@ All pointer moves are fenced by the consumer lease (see ``lease.py``).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from ..errors import QueueNotFoundError
-from . import monoton, pointers, queues, timers
-from .buckets import bucket_of, split_by_bucket
-from .clock import TIMER_SETTLE_SLOTS, from_epoch, timer_slot, to_epoch
+from . import monoton, pointers, queues
 from .consumer import record_skipped
-from .counters import Counters
 from .lease import ClusterClock, Lease
-from .messages import COLUMNS as READ_COLUMNS
-from .messages import read_range
 from .queues import QueueInfo
 from .session import Connection
+from .stream_ack import BatchAck
+from .stream_read import skipped_overlapping, timer_scan_start
+from .stream_timers import TimerCandidates
 
 log = logging.getLogger(__name__)
 
-READ_WINDOW = 64  # concurrent single-row reads
-STATE_COLUMNS = (
-    "id, visible_at, version, invisible_until, acked, dead, "
-    "writetime(invisible_until) AS changed_at"
-)
+# With a row limit, the latest position reported (the backlog) looks this many batches ahead.
+LATEST_LOOKAHEAD = 10
+TARGET_POLL_SECONDS = 0.25  # how often to look again at a block being written below the target
+FUTURE_TS_WARN_SECONDS = 60.0
 
-_RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
-_COUNT = "SELECT COUNT(*) AS n " + _RANGE
-# Rows that are not plain: delivered to a client (a version) or delayed (visible_at). The
-# filter runs inside one partition slice, on the replicas.
-_SPECIAL = "SELECT " + STATE_COLUMNS + " " + _RANGE + " AND %s ALLOW FILTERING"
-_NOT_PLAIN = (("version > 0", ()), ("visible_at > ?", (from_epoch(0),)))
+__all__ = ["Batch", "Plan", "Position", "StreamConsumer"]
 
-__all__ = ["READ_COLUMNS", "STATE_COLUMNS", "StreamConsumer"]
+Ranges = tuple[tuple[int, int], ...]
 
 
-def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of ``[lo, hi)`` outside the ``excluded`` ranges."""
-    out: list[tuple[int, int]] = []
-    pos = lo
-    for elo, ehi in sorted(excluded):
-        if elo > pos:
-            out.append((pos, min(elo, hi)))
-        pos = max(pos, ehi)
-        if pos >= hi:
-            break
-    if pos < hi:
-        out.append((pos, hi))
-    return [(a, b) for a, b in out if a < b]
+@dataclass(frozen=True)
+class Position:
+    """A place in the stream: every message with an id below ``id`` that is due at or before
+    ``ts`` (epoch ms, Cassandra's clock) was handed to a batch ending here; ``from_id`` is where
+    the id path of that batch starts."""
+
+    from_id: int
+    id: int
+    ts: int
+
+    def covers(self, other: Position) -> bool:
+        """Everything ``other`` stands for is also behind this position."""
+        return self.id >= other.id and self.ts >= other.ts
 
 
-# -- the rules ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """The next batch's end (None: nothing new, no batch) and the latest position there is
+    (where the backlog ends, without a row limit or target)."""
+
+    end: Position | None
+    latest: Position
 
 
-def _ms(value) -> int:
-    return 0 if value is None else round(to_epoch(value) * 1000)
+@dataclass(frozen=True)
+class Batch:
+    """What a batch's readers read: ids ``[lo, hi)`` without the ranges in ``excluded``, and
+    the timer candidates ``timer_ids`` without those in ``timer_excluded`` (ranges repair
+    owns)."""
 
-
-def due_ms(row) -> int:
-    """When a message is due (epoch ms): 0 for a plain message that was never delayed or
-    delivered to a client; else its ``visible_at``/``invisible_until``, whichever is later."""
-    return max(_ms(row.visible_at), _ms(row.invisible_until))
-
-
-def is_plain(row) -> bool:
-    """Never delayed, never delivered to a client: below the reader pointer it is consumed."""
-    return row.version is None and row.visible_at is None
-
-
-def inside(mid: int, ranges: Sequence[tuple[int, int]]) -> bool:
-    return any(lo <= mid < hi for lo, hi in ranges)
-
-
-def slot_of(ms: int) -> int:
-    return timer_slot(ms / 1000.0)
-
-
-def timer_scan_start(start_ts: int) -> int:
-    """The first timer slot the timer path of a batch starting at ``start_ts`` looks at."""
-    return slot_of(start_ts) - TIMER_SETTLE_SLOTS
-
-
-def id_path_delivers(row, end_ts: int, excluded: Sequence[tuple[int, int]]) -> bool:
-    if row.acked or row.dead or inside(row.id, excluded):
-        return False
-    return due_ms(row) <= end_ts
-
-
-def timer_path_delivers(row, end_ts: int, excluded: Sequence[tuple[int, int]]) -> bool:
-    # A plain row with a timer is one a client lost the race for: the reader pointer owns it.
-    return not is_plain(row) and id_path_delivers(row, end_ts, excluded)
-
-
-def unchanged_since(row, ts_ms: int) -> bool:
-    """The row's delivery state was written before ``ts_ms`` (Cassandra's clock). Needs
-    ``changed_at`` (the write time of ``invisible_until``, microseconds)."""
-    return row.invisible_until is None or (
-        row.changed_at is not None and row.changed_at < ts_ms * 1000
-    )
-
-
-# -- reading -----------------------------------------------------------------------------------
-
-
-def read_rows_by_id(
-    conn: Connection, queue: QueueInfo, ids: Iterable[int], columns: str
-) -> Iterator:
-    """Rows of the given ids (missing ones left out), in the order asked, pipelined."""
-    stmt = conn.prepare(
-        f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
-    )
-    pending: list = []
-    for mid in ids:
-        pending.append(
-            conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
-        )
-        if len(pending) >= READ_WINDOW:
-            row = pending.pop(0).result().one()
-            if row is not None:
-                yield row
-    for f in pending:
-        row = f.result().one()
-        if row is not None:
-            yield row
-
-
-def skipped_overlapping(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> list:
-    """Ranges handed to repair that overlap ``[lo, hi)`` (done or not: repair owns them)."""
-    if hi <= lo:
-        return []
-    rows = conn.execute(
-        "SELECT lo, hi FROM {ks}.skipped WHERE queue_id = ? AND lo >= ? AND lo < ?",
-        (queue.queue_id, max(0, lo - monoton.MAX_BLOCK), hi),
-    )
-    return sorted((r.lo, r.hi) for r in rows if r.hi is not None and r.hi > lo)
-
-
-def read_id_path(
-    conn: Connection,
-    queue: QueueInfo,
-    lo: int,
-    hi: int,
-    end_ts: int,
-    excluded: Sequence[tuple[int, int]],
-) -> Iterator:
-    for row in read_range(conn, queue, lo, hi, READ_COLUMNS):
-        if id_path_delivers(row, end_ts, excluded):
-            yield row
-
-
-def read_timer_path(
-    conn: Connection,
-    queue: QueueInfo,
-    ids: Sequence[int],
-    end_ts: int,
-    excluded: Sequence[tuple[int, int]],
-) -> Iterator:
-    for row in read_rows_by_id(conn, queue, ids, READ_COLUMNS):
-        if timer_path_delivers(row, end_ts, excluded):
-            yield row
-
-
-# -- the driver side ---------------------------------------------------------------------------
+    lo: int
+    hi: int
+    excluded: Ranges
+    timer_ids: tuple[int, ...]
+    timer_excluded: Ranges
 
 
 class StreamConsumer:
@@ -198,12 +101,17 @@ class StreamConsumer:
         self.queue = queue
         self.clock = ClusterClock(conn)
         self.lease = Lease(conn, queue, owner, lease_timeout, self.clock)
+        self.timers = TimerCandidates(conn, queue)
+        self._acks = BatchAck(conn, queue, self.lease, self.timers)
+        self.target: Position | None = None  # where this run ends, if it does
         # Abandoned reservations this run handed to repair; only those above the last start
         # can come up again, so the set is pruned as the stream moves (finding F21).
         self._recorded: set[tuple[int, int]] = set()
-        # id -> timer slot, of timer candidates found acked or dead: final, not read again
-        # while their slot stays in the scan window.
-        self._finished: dict[int, int] = {}
+        self._acked: Position | None = None  # the last position acked by this run
+        # (start, end) of the batch planned last, with its timer path: batch() reuses it
+        self._planned: tuple[Position, Position, list[int]] | None = None
+        self._scan_from: dict[tuple[int, int], int] = {}  # (end id, ts) -> first timer slot
+        self._warned_future = False
 
     def current_incarnation(self) -> uuid.UUID | None:
         """The queue's incarnation now; None once it was deleted."""
@@ -229,120 +137,139 @@ class StreamConsumer:
     def excluded(self, lo: int, hi: int) -> list[tuple[int, int]]:
         return skipped_overlapping(self.conn, self.queue, lo, hi)
 
-    def _timer_rows(self, below: int, from_slot: int, to_slot: int) -> Iterator[tuple[Any, int]]:
-        """(state row, slot) of ids below ``below`` with a timer in ``[from_slot, to_slot]``,
-        except those known to be finished."""
-        if to_slot < from_slot:
-            return
-        self._finished = {i: s for i, s in self._finished.items() if s >= from_slot}
-        found: dict[int, int] = {}
-        for slot in timers.due_slots(self.conn, self.queue, from_slot, to_slot):
-            for mid in timers.ids_in_slot(self.conn, self.queue, slot):
-                if mid < below and mid not in self._finished:
-                    found.setdefault(mid, slot)
-        for row in read_rows_by_id(self.conn, self.queue, sorted(found), STATE_COLUMNS):
-            if row.acked or row.dead:
-                self._finished[row.id] = found[row.id]
-                continue
-            yield row, found[row.id]
+    # -- planning ----------------------------------------------------------------------------
 
-    def timer_ids(self, below: int, start_ts: int, end_ts: int) -> list[int]:
-        """The timer path of a batch: ids due at ``end_ts`` now (the read checks again)."""
-        first = timer_scan_start(start_ts)
-        rows = [r for r, _ in self._timer_rows(below, first, slot_of(end_ts))]
-        if not rows:
-            return []
-        excluded = self.excluded(rows[0].id, rows[-1].id + 1)
-        # The same rule as the ack's: a row is a candidate through the timer of its own state.
-        return [
-            r.id
-            for r in rows
-            if timer_path_delivers(r, end_ts, excluded) and slot_of(due_ms(r)) >= first
-        ]
-
-    def ack(self, end_id: int, end_ts: int, scan_from: int | None = None) -> int:
-        """Ack what the committed batch ending at ``(end_id, end_ts)`` delivered. Idempotent.
-
-        ``scan_from``: the first timer slot its timer path looked at, when known (else the
-        invisibility pointer, which the previous ack left there). Returns how many were acked.
-        """
+    def initial(self) -> Position:
+        """Where a new stream starts: the id path at the reader pointer, the timer path at the
+        invisibility pointer (acking this position, which delivered nothing, scans no slot)."""
+        self.lease.ensure()
         p = self.pointers()
-        prev = p.reader
-        plain, to_mark = self._id_path_acks(prev, end_id, end_ts)
-        lo_slot = p.timer_slot if scan_from is None else scan_from
-        rows = list(self._timer_rows(min(prev, end_id), lo_slot, slot_of(end_ts)))
-        if rows:
-            excluded = self.excluded(min(r.id for r, _ in rows), max(r.id for r, _ in rows) + 1)
-            for row, slot in rows:
-                # Only a state whose own timer lies in the scanned slots was a candidate.
-                if (
-                    timer_path_delivers(row, end_ts, excluded)
-                    and slot_of(due_ms(row)) >= lo_slot
-                    and unchanged_since(row, end_ts)
-                ):
-                    to_mark[row.id] = slot
-        if to_mark:
-            self.lease.renew()  # the fence for the plain writes below
-            self._mark_acked(sorted(to_mark))
-            self._finished.update(to_mark)
-        moved = end_id > prev and self.lease.advance("reader", end_id)
-        acked = len(to_mark) + (plain if moved else 0)
-        Counters(self.conn).add(self.queue, "acked", acked)
-        # Clients resume the timer path here; the stream's next batch looks back as far.
-        settled = slot_of(end_ts) - TIMER_SETTLE_SLOTS
-        if settled > p.timer_slot:
-            self.lease.advance("timer_slot", settled)
-        log.info(
-            "queue %s: acked through id %d, ts %d (%d messages, reader pointer %d -> %d)",
-            self.queue.name,
-            end_id,
-            end_ts,
-            acked,
-            prev,
-            max(prev, end_id),
-        )
-        return acked
+        return Position(p.reader, p.reader, max(-1, p.timer_slot * 1000 - 1))
 
-    def _id_path_acks(self, lo: int, hi: int, end_ts: int) -> tuple[int, dict[int, int]]:
-        """How many plain messages of ``[lo, hi)`` moving the reader pointer acks, and which
-        other ones to mark acked (id -> timer slot).
+    def fix_target(self) -> Position:
+        """Make this run end at everything reserved by now, including blocks still being
+        written: planning waits for those rather than ending the run before them (F23)."""
+        self.lease.ensure()
+        hz = self.horizon(self.pointers().reader)
+        self.target = Position(hz.next_id, hz.next_id, self.clock.now_ms())
+        return self.target
 
-        Plain messages are only counted, by Cassandra; only rows that were delayed or
-        delivered to a client come back, so the driver's work follows those, not the batch
-        size (finding F17).
-        """
-        plain = 0
-        to_mark: dict[int, int] = {}
-        if hi <= lo:
-            return plain, to_mark
-        for glo, ghi in _gaps(lo, hi, self.excluded(lo, hi)):
-            for bucket, blo, bhi in split_by_bucket(glo, ghi, self.queue.bucket_size):
-                key = (self.queue.queue_id, bucket, blo, bhi)
-                total = self.conn.execute_async(_COUNT, key)
-                special: dict[int, Any] = {}  # driver rows
-                for cond, extra in _NOT_PLAIN:
-                    for row in self.conn.execute(_SPECIAL % cond, (*key, *extra)):
-                        special[row.id] = row
-                plain += total.result().one().n - len(special)
-                for row in special.values():
-                    if row.acked or row.dead:
-                        continue
-                    if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
-                        to_mark[row.id] = slot_of(due_ms(row))
-        return plain, to_mark
+    def plan(self, start: Position, max_rows: int | None = None) -> Plan:
+        """The batch after ``start``, at most ``max_rows`` ids of the id path. Call it only
+        once the batch ending at ``start`` is committed: it acks that batch first."""
+        self.lease.ensure()
+        self.ack_through(start)
+        # Ids another consumer took since `start` (an older position, clients) stay taken.
+        from_id = max(start.id, self.pointers().reader)
+        self._warn_future(start.ts)
+        waited_since = None
+        while True:
+            now_ms = self.clock.now_ms()
+            hz = self.horizon(from_id, self._window(from_id, max_rows))
+            full_end = max(from_id, hz.safe_end)
+            latest = Position(from_id, full_end, max(start.ts, now_ms))
+            end_id, ts_cap = full_end, now_ms
+            if self.target is not None:
+                end_id = min(end_id, max(from_id, self.target.id))
+                ts_cap = self.target.ts
+            if max_rows is not None:
+                end_id = min(end_id, from_id + max(1, max_rows))
+            end_ts = max(start.ts, ts_cap)
+            self.record_abandoned(hz, from_id, end_id)
+            due = self.timers.due_ids(from_id, start.ts, end_ts) if end_ts > start.ts else []
+            if end_id > start.id or due:
+                break
+            if not self._target_blocked(from_id, hz, waited_since):
+                return Plan(None, latest)
+            waited_since = waited_since or time.monotonic()
+            time.sleep(TARGET_POLL_SECONDS)
+        end = Position(from_id, end_id, end_ts)
+        self._planned = (start, end, due)
+        return Plan(end, latest)
 
-    def _mark_acked(self, ids: Sequence[int]) -> None:
-        stmt = self.conn.prepare(
-            "UPDATE {ks}.messages SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
-        )
-        futures = []
-        for mid in ids:
-            futures.append(
-                self.conn.execute_async(
-                    stmt, (self.queue.queue_id, bucket_of(mid, self.queue.bucket_size), mid)
-                )
+    def _warn_future(self, start_ts: int) -> None:
+        ahead = (start_ts - self.clock.now_ms()) / 1000
+        if ahead > FUTURE_TS_WARN_SECONDS and not self._warned_future:
+            self._warned_future = True
+            log.warning(
+                "queue %s: the checkpoint's time is %.0f s ahead of Cassandra's clock (written "
+                "by a driver whose clock ran ahead); messages due before it were delivered "
+                "early, and the stream's time stays there until Cassandra's clock catches up",
+                self.queue.name,
+                ahead,
             )
-            if len(futures) >= READ_WINDOW:
-                futures.pop(0).result()
-        for f in futures:
-            f.result()
+
+    def _window(self, from_id: int, max_rows: int | None) -> int | None:
+        """How far ahead planning looks for reservations: the cost of planning then follows
+        the batch, not the backlog (F17). Unlimited batches look at everything."""
+        window = None
+        if self.target is not None:
+            window = max(1, self.target.id - from_id)
+        if max_rows is not None:
+            ahead = max(1, max_rows) * LATEST_LOOKAHEAD
+            window = ahead if window is None else min(window, ahead)
+        return window
+
+    def _target_blocked(
+        self, from_id: int, hz: monoton.Horizon, waited_since: float | None
+    ) -> bool:
+        """Is the run's target held back by a block still being written? Then wait (the
+        caller would take "nothing new" for the end of the run), but no longer than the
+        queue's repair timeout, after which readers pass the block anyway."""
+        if self.target is None or from_id >= self.target.id:
+            return False
+        limit = self.queue.repair_timeout + 2 * TARGET_POLL_SECONDS
+        if waited_since is not None and time.monotonic() - waited_since > limit:
+            log.warning(
+                "queue %s: the run ends at id %d before its target %d (AvailableNow): a block "
+                "stayed open longer than the repair timeout",
+                self.queue.name,
+                from_id,
+                self.target.id,
+            )
+            return False
+        if waited_since is None:
+            log.info(
+                "queue %s: waiting for ids from %d (%d open reservations) to reach the run's "
+                "target %d (AvailableNow)",
+                self.queue.name,
+                hz.safe_end,
+                hz.open_count,
+                self.target.id,
+            )
+        return True
+
+    def batch(self, start: Position, end: Position) -> Batch | None:
+        """What the batch ``(start, end]`` delivers, for its readers; None: nothing. The same
+        for the same positions, whoever planned them (a replay after a restart)."""
+        lo = max(start.id, end.from_id)
+        if end.id <= lo and end.ts <= start.ts:
+            return None
+        self.lease.ensure()
+        excluded = self.excluded(lo, end.id) if end.id > lo else []
+        ids: list[int] = []
+        timer_excluded: list[tuple[int, int]] = []
+        if end.ts > start.ts:
+            if self._planned is not None and self._planned[:2] == (start, end):
+                ids = self._planned[2]
+            else:  # a replay on a new run, or the batch was planned elsewhere
+                ids = self.timers.due_ids(lo, start.ts, end.ts)
+            # The ack of this batch scans the timer slots its timer path looked at.
+            self._scan_from = {
+                **dict(list(self._scan_from.items())[-3:]),
+                (end.id, end.ts): timer_scan_start(start.ts),
+            }
+            if ids:
+                timer_excluded = self.excluded(ids[0], ids[-1] + 1)
+        return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded))
+
+    # -- acking ------------------------------------------------------------------------------
+
+    def ack_through(self, end: Position) -> None:
+        """Ack what the committed batch ending at ``end`` delivered (see ``stream_ack.py``).
+        Idempotent; fenced by the lease: QueueBusyError once another run took it over."""
+        if self._acked is not None and self._acked.covers(end):
+            return
+        self.lease.ensure()
+        self._acks.ack(end.id, end.ts, self._scan_from.get((end.id, end.ts)))
+        self._acked = end if self._acked is None or end.covers(self._acked) else self._acked

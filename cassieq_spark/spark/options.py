@@ -249,6 +249,60 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
     return SourceOptions(_common(o, "source"))
 
 
+DEFAULT_LEASE_TIMEOUT = 15.0
+DEFAULT_MIN_IDS_PER_PARTITION = 10_000
+DEFAULT_MAX_IDS_PER_PARTITION = 100_000
+MIN_LEASE_TIMEOUT = 3.0
+CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Every option of the source, checked (``parse_source_settings``)."""
+
+    common: CommonOptions
+    connection: tuple[tuple[str, str], ...]
+    max_messages_per_trigger: int | None
+    max_ids_per_partition: int | None
+    min_ids_per_partition: int | None
+    lease_timeout: float
+    consumer_id: str | None
+
+
+def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
+    """Check every option of the source; a ConfigError names the option and what is allowed."""
+    parsed = source_options(options)
+    raw = parsed.common.raw
+    connection = tuple(sorted((k, str(v)) for k, v in raw.items() if k in CONNECTION_OPTIONS))
+    max_ids = parsed.int_option("maxIdsPerPartition", DEFAULT_MAX_IDS_PER_PARTITION, 1)
+    given_min = parsed.int_option("minIdsPerPartition", None, 1)
+    # A Spark task costs a few hundred ms here; a 1,000-id bucket is far less work than that,
+    # so small buckets are grouped by default.
+    min_ids = min(DEFAULT_MIN_IDS_PER_PARTITION, max_ids) if given_min is None else given_min
+    if min_ids > max_ids:
+        raise ConfigError(
+            f"option 'minIdsPerPartition' ({min_ids}) must not exceed 'maxIdsPerPartition' ({max_ids})"
+        )
+    lease = parsed.float_option("leaseTimeout", DEFAULT_LEASE_TIMEOUT, MIN_LEASE_TIMEOUT)
+    consumer_id = parsed.str_option("consumerId")
+    if consumer_id is not None:
+        consumer_id = consumer_id.strip()
+        if not 1 <= len(consumer_id) <= 100 or not set(consumer_id) <= CONSUMER_ID_CHARS:
+            raise ConfigError(
+                f"option 'consumerId' must be 1-100 characters from letters, digits, '_', '-', "
+                f"'.', ':', got {consumer_id!r}"
+            )
+    return SourceSettings(
+        common=parsed.common,
+        connection=connection,
+        max_messages_per_trigger=parsed.int_option("maxMessagesPerTrigger", None, 1),
+        max_ids_per_partition=max_ids,
+        min_ids_per_partition=min_ids,
+        lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
+        consumer_id=consumer_id,
+    )
+
+
 def resolve_queue(conn: Connection, common: CommonOptions) -> QueueInfo:
     """The queue named by the options; created first with ``createQueue=true``."""
     schema.require_schema(conn.session, conn.keyspace)

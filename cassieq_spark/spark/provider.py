@@ -34,7 +34,7 @@ class CassieQDataSource(DataSource):
         if {str(k).lower() for k in self.options} & set(SINK_OPTIONS):
             check_any_role(self.options)
         else:
-            from .source import parse_source_settings
+            from .options import parse_source_settings
 
             parse_source_settings(self.options)
         return SOURCE_SCHEMA

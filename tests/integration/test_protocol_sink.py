@@ -28,7 +28,8 @@ from cassieq_spark.engine import faults, messages, monoton
 from cassieq_spark.errors import CassieQError, ReplayMismatchError
 from cassieq_spark.spark import register
 from cassieq_spark.spark.options import resolve_queue, sink_options
-from cassieq_spark.spark.sink import InputLayout, SinkPlan, _arrow_slices, _TaskWrite
+from cassieq_spark.spark.sink import InputLayout, SinkPlan, _TaskWrite
+from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
 
 
 @pytest.fixture(autouse=True)

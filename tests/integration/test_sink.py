@@ -431,7 +431,8 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
     import pyarrow as pa
 
     from cassieq_spark.spark.options import resolve_queue, sink_options
-    from cassieq_spark.spark.sink import InputLayout, SinkPlan, _arrow_slices, _TaskWrite
+    from cassieq_spark.spark.sink import InputLayout, SinkPlan, _TaskWrite
+    from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
 
     queue_client.create_queue(queue_name, bucket_size=100)
     opts = sink_options({**cassieq_options, "queue": queue_name, "idBlockSize": "64"})
