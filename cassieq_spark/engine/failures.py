@@ -5,13 +5,22 @@ Kept apart from the connection itself: these decide wording and safety, not tran
 
 from __future__ import annotations
 
+import logging
 import re
+import time
+from collections.abc import Callable
+from typing import Any
 
 from cassandra.cluster import Cluster, NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException
 from cassandra.pool import NoConnectionsAvailable
 
 from ..errors import CassandraUnavailableError
+
+log = logging.getLogger(__name__)
+
+# A request that no node received is sent again after these pauses (seconds) before it fails.
+UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0)
 
 # What a TLS mismatch looks like from the client's side, and what the user should change.
 _TLS_HINTS = (
@@ -76,3 +85,24 @@ def first_error(exc: NoHostAvailable) -> str:
     for host, err in errors.items():
         return f"{host}: {err}"
     return str(exc)
+
+
+def resend_unsent(
+    send: Callable[[], Any],
+    exc: NoHostAvailable,
+    unavailable: Callable[[NoHostAvailable], CassandraUnavailableError],
+) -> Any:
+    """After a NoHostAvailable: if no node received the request (every connection it tried was
+    already known dead, which is what a long-lived process finds when its nodes come back), send
+    it again while the driver reconnects; it cannot have applied, so this is safe for any
+    statement. Otherwise, or if the nodes stay away, raise ``unavailable(exc)``."""
+    for delay in UNSENT_RETRY_DELAYS:
+        if not never_sent(exc):
+            break
+        log.info("no node took the request (%s); sending it again in %.1f s", exc, delay)
+        time.sleep(delay)
+        try:
+            return send()
+        except NoHostAvailable as again:
+            exc = again
+    raise unavailable(exc) from exc

@@ -19,10 +19,15 @@ import logging
 
 from cassandra import InvalidRequest, Unavailable
 from cassandra.cluster import NoHostAvailable, Session
+from cassandra.query import SimpleStatement
 
 from .. import validate
-from ..errors import KeyspaceReplicationError, SchemaNotBootstrappedError
-from .failures import unavailable_error
+from ..errors import (
+    CassandraUnavailableError,
+    KeyspaceReplicationError,
+    SchemaNotBootstrappedError,
+)
+from .failures import resend_unsent, unavailable_error
 
 log = logging.getLogger(__name__)
 
@@ -243,8 +248,13 @@ def current_version(session: Session, keyspace: str) -> int:
     # Asked of the cluster, not of this session's metadata, which can lag behind tables that
     # another session (or an earlier, failed bootstrap) created.
     try:
+        # Idempotent, so the retry policy may send it to the next host when a connection dies
+        # under it (a node killed): otherwise the caller gets a bare ConnectionShutdown.
         row = session.execute(
-            f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'"
+            SimpleStatement(
+                f"SELECT version FROM {keyspace}.schema_version WHERE component = 'cassieq'",
+                is_idempotent=True,
+            )
         ).one()
     except InvalidRequest:  # no such keyspace or table
         return 0
@@ -292,11 +302,30 @@ def _version(session: Session, keyspace: str) -> int:
     driver's NoHostAvailable."""
     try:
         return current_version(session, keyspace)
-    except (NoHostAvailable, Unavailable) as exc:
+    except NoHostAvailable as exc:
+        if _more_replicas_than_nodes(session, keyspace):  # a setup to fix, not an outage
+            check_servable(session, keyspace)
+
+        def unavailable(last: NoHostAvailable) -> CassandraUnavailableError:
+            return unavailable_error(session.cluster, last)
+
+        # A process reused after an outage finds its pool dead: sent again, as the engine does.
+        version: int = resend_unsent(lambda: current_version(session, keyspace), exc, unavailable)
+        return version
+    except Unavailable:
         check_servable(session, keyspace)
-        if isinstance(exc, NoHostAvailable):
-            raise unavailable_error(session.cluster, exc) from exc
         raise
+
+
+def _more_replicas_than_nodes(session: Session, keyspace: str) -> bool:
+    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    if ks is None:
+        return False
+    hosts = list(session.cluster.metadata.all_hosts())
+    return any(
+        rf > sum(1 for h in hosts if dc is None or h.datacenter == dc)
+        for dc, rf in _replicas(ks.replication_strategy).items()
+    )
 
 
 def require_schema(session: Session, keyspace: str) -> None:

@@ -41,7 +41,7 @@ from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 from ..config import ConnectionConfig, check_cluster
 from ..errors import CassandraUnavailableError, ConnectionFailedError
 from . import faults
-from .failures import first_error, never_sent, tls_hint, unavailable_error
+from .failures import first_error, resend_unsent, tls_hint, unavailable_error
 from .retries import QueueRetryPolicy, is_idempotent
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,6 @@ SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare wh
 # The driver's default waits up to 10 minutes between attempts to reach a node that went down,
 # so a restarted single node (or a whole cluster back from an outage) would stay unused for
 # minutes by a long-lived process such as a Spark worker: retry at most every 10 s instead.
-# A request that no node received is sent again after these pauses (seconds) before it fails.
-UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0)
 RECONNECT_BASE_DELAY = 0.5
 RECONNECT_MAX_DELAY = 10.0
 
@@ -268,16 +266,7 @@ class Connection:
         back), send it again while the driver reconnects; it cannot have applied, so this is
         safe for any statement. Otherwise, or if the nodes stay away, raise the error a user
         can act on."""
-        for delay in UNSENT_RETRY_DELAYS:
-            if not never_sent(exc):
-                break
-            log.info("no node took the request (%s); sending it again in %.1f s", exc, delay)
-            time.sleep(delay)
-            try:
-                return send()
-            except NoHostAvailable as again:
-                exc = again
-        raise self.unavailable(exc) from exc
+        return resend_unsent(send, exc, self.unavailable)
 
     def unavailable(self, exc: NoHostAvailable) -> CassandraUnavailableError:
         """The driver's NoHostAvailable as the one error a user can act on."""

@@ -292,7 +292,13 @@ def _wait_failed(query: Any, timeout: float) -> str:
     assert not query.isActive, f"the query still runs {timeout:.0f} s after Cassandra died"
     exc = query.exception()
     assert exc is not None, "the query stopped without an error"
-    return str(exc)
+    # A failed write reads "Writing job failed." with the task's error as its cause: what a user
+    # sees is the whole chain (Spark logs it, and the cause is on the exception).
+    parts, seen = [str(exc)], exc
+    while getattr(seen, "_cause", None) is not None:
+        seen = seen._cause
+        parts.append(str(seen))
+    return "\n--- caused by ---\n".join(parts)
 
 
 def test_single_node_killed_under_running_queries_fails_clearly_and_resumes(
