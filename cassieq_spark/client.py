@@ -228,7 +228,7 @@ class QueueClient:
 
     def _require_schema(self) -> None:
         if not self._schema_checked:
-            schema.require_schema(self.conn.session, self.config.keyspace)
+            schema.require_schema(self.conn)
             self._schema_checked = True
 
     # -- producing ------------------------------------------------------------------------------

@@ -16,18 +16,17 @@ Design notes (why the tables look like this):
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from cassandra import InvalidRequest, Unavailable
 from cassandra.cluster import NoHostAvailable, Session
 from cassandra.query import SimpleStatement
 
 from .. import validate
-from ..errors import (
-    CassandraUnavailableError,
-    KeyspaceReplicationError,
-    SchemaNotBootstrappedError,
-)
-from .failures import resend_unsent, unavailable_error
+from ..errors import KeyspaceReplicationError, SchemaNotBootstrappedError
+
+if TYPE_CHECKING:
+    from .session import Connection
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +242,9 @@ def check_servable(session: Session, keyspace: str) -> None:
         )
 
 
+_VERSION_CQL = "SELECT version FROM {ks}.schema_version WHERE component = 'cassieq'"
+
+
 def current_version(session: Session, keyspace: str) -> int:
     """The recorded schema version, or 0 when the tables are not there."""
     # Asked of the cluster, not of this session's metadata, which can lag behind tables that
@@ -298,21 +300,11 @@ def bootstrap(session: Session, keyspace: str) -> int:
 
 
 def _version(session: Session, keyspace: str) -> int:
-    """:func:`current_version`; a keyspace the cluster cannot serve is explained, not a
-    driver's NoHostAvailable."""
+    """:func:`current_version` for bootstrap; a keyspace the cluster cannot serve is explained,
+    not a driver's NoHostAvailable."""
     try:
         return current_version(session, keyspace)
-    except NoHostAvailable as exc:
-        if _more_replicas_than_nodes(session, keyspace):  # a setup to fix, not an outage
-            check_servable(session, keyspace)
-
-        def unavailable(last: NoHostAvailable) -> CassandraUnavailableError:
-            return unavailable_error(session.cluster, last)
-
-        # A process reused after an outage finds its pool dead: sent again, as the engine does.
-        version: int = resend_unsent(lambda: current_version(session, keyspace), exc, unavailable)
-        return version
-    except Unavailable:
+    except (NoHostAvailable, Unavailable):
         check_servable(session, keyspace)
         raise
 
@@ -328,9 +320,21 @@ def _more_replicas_than_nodes(session: Session, keyspace: str) -> bool:
     )
 
 
-def require_schema(session: Session, keyspace: str) -> None:
-    if _version(session, keyspace) < SCHEMA_VERSION:
+def require_schema(conn: Connection) -> None:
+    """Refuse to work on a keyspace that is not bootstrapped. Read through ``conn``, so a
+    request no node received is sent again and an outage is a CassandraUnavailableError; a
+    keyspace with more replicas than nodes (a setup to fix, not an outage) is explained."""
+    try:
+        row = conn.execute(_VERSION_CQL).one()
+        version = row.version if row else 0
+    except InvalidRequest:  # no such keyspace or table
+        version = 0
+    except (NoHostAvailable, Unavailable):
+        if _more_replicas_than_nodes(conn.session, conn.keyspace):
+            check_servable(conn.session, conn.keyspace)
+        raise
+    if version < SCHEMA_VERSION:
         raise SchemaNotBootstrappedError(
-            f"the cassieq schema is not bootstrapped in keyspace {keyspace!r}; run "
+            f"the cassieq schema is not bootstrapped in keyspace {conn.keyspace!r}; run "
             "`cassieq bootstrap` (or QueueClient.bootstrap()) first"
         )

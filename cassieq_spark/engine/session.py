@@ -88,8 +88,6 @@ class _Translated:
     def result(self):
         try:
             return self._future.result()
-        except CassandraUnavailableError:
-            raise
         except NoHostAvailable as exc:
             return self._conn.resend_unsent(self._resend, exc)
 
@@ -219,7 +217,11 @@ class Connection:
             with self._lock:
                 stmt = self._prepared.get(cql)
                 if stmt is None:
-                    stmt = self.session.prepare(cql.replace("{ks}", self.keyspace))
+                    text = cql.replace("{ks}", self.keyspace)
+                    try:
+                        stmt = self.session.prepare(text)
+                    except NoHostAvailable as exc:  # preparing changes nothing: safe to resend
+                        stmt = self.resend_unsent(lambda: self.session.prepare(text), exc)
                     stmt.is_idempotent = is_idempotent(cql)
                     self._prepared[cql] = stmt
         return stmt
@@ -241,8 +243,6 @@ class Connection:
                 raise faults.injected_timeout(_text(statement))
         try:
             return self.session.execute(stmt, params or None, **kw)
-        except CassandraUnavailableError:
-            raise
         except NoHostAvailable as exc:
             return self.resend_unsent(lambda: self.session.execute(stmt, params or None, **kw), exc)
 

@@ -305,7 +305,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
 
 def resolve_queue(conn: Connection, common: CommonOptions) -> QueueInfo:
     """The queue named by the options; created first with ``createQueue=true``."""
-    schema.require_schema(conn.session, conn.keyspace)
+    schema.require_schema(conn)
     if common.create_queue:
         info = queues.create_queue(conn, common.queue, exist_ok=True, **common.queue_settings)
         if info.bucket_size != common.queue_settings.get("bucket_size", info.bucket_size):

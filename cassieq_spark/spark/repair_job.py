@@ -234,7 +234,7 @@ def repair_queue_distributed(
 
 def resolve_queues(conn: Connection, names: list[str] | None) -> list[QueueInfo]:
     """The queues to repair (all of them for ``None``); raises QueueNotFoundError early."""
-    require_schema(conn.session, conn.keyspace)
+    require_schema(conn)
     if names is None:
         return queues.list_queues(conn)
     return [queues.get_queue(conn, n) for n in names]
