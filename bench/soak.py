@@ -178,7 +178,7 @@ def _client_figures(acks: list[dict], produced: set[str]) -> dict[str, Any]:
     }
 
 
-def run(minutes: float, nodes: int, out_dir: Path) -> dict[str, Any]:
+def run(minutes: float, nodes: int) -> dict[str, Any]:
     from bench.common import BenchConfig, spark_session
     from cassieq_spark import QueueClient
     from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     RESULTS.mkdir(exist_ok=True)
-    report = run(args.minutes, args.nodes, RESULTS)
+    report = run(args.minutes, args.nodes)
     total = report["produced"]
     if sum(total.values()) == 0:
         print("soak did no work: nothing was produced", file=sys.stderr)
