@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .client import QueueClient
 from .config import ConnectionConfig
+from .engine.batch_ack import ReceiptResult
 from .engine.messages import Message
 from .engine.queues import QueueInfo
 from .errors import (
@@ -28,6 +29,7 @@ __all__ = [
     "QueueClient",
     "ConnectionConfig",
     "Message",
+    "ReceiptResult",
     "QueueInfo",
     "CassandraUnavailableError",
     "CassieQError",

@@ -28,21 +28,14 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from .engine import clock, monoton, queues, schema
+from .engine import batch, batch_ack, queues, schema
 from .engine import consumer as consumer_mod
+from .engine.batch_ack import ReceiptResult
 from .engine.buckets import DEFAULT_BUCKET_SIZE
-from .engine.clock import to_epoch
 from .engine.counters import Counters
-from .engine.messages import (
-    COLUMNS,
-    Message,
-    check_headers,
-    is_done,
-    is_expired,
-    read_range,
-    to_bytes,
-)
+from .engine.messages import Message, check_headers, to_bytes
 from .engine.moves import MoveReport, move_messages
+from .engine.peek import peek as peek_messages
 from .engine.producer import enqueue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
@@ -283,6 +276,41 @@ class QueueClient:
         )
         return self._consumer.get(info, vt)
 
+    def get_many(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        visibility_timeout: float | None = None,
+        wait_seconds: float = 0.0,
+    ) -> list[Message]:
+        """Up to ``max_messages`` (1 to 1,000) visible messages, each hidden from others for the
+        visibility timeout. Waits up to ``wait_seconds`` (0 to 20) for a first one and returns
+        as soon as there is one; an empty list when none came. Fresh messages cost one Paxos
+        round per batch of up to 100 of one bucket; redeliveries one each."""
+        n = validate.max_messages(max_messages)
+        wait = validate.wait_seconds(wait_seconds)
+        info = self._queue(queue)
+        vt = (
+            info.visibility_timeout
+            if visibility_timeout is None
+            else visibility_seconds(visibility_timeout)
+        )
+        return batch.get_many(self._consumer, info, vt, n, wait)
+
+    def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
+        """Ack up to 1,000 receipts at once; one :class:`ReceiptResult` per receipt, in order
+        (``ok``, ``stale`` or ``invalid``): one bad receipt does not fail the others."""
+        receipts = batch_ack.receipts_list(pop_receipts, "pop_receipts", "receipts")
+        return batch_ack.ack_many(self._consumer, self._queue(queue), receipts)
+
+    def change_visibility_many(
+        self, queue: str, entries: Iterable[tuple[str, float]]
+    ) -> list[ReceiptResult]:
+        """``change_visibility`` for up to 1,000 ``(receipt, timeout)`` pairs; one result per
+        pair, in order, with ``new_receipt`` when ``ok``."""
+        pairs = batch_ack.visibility_pairs(entries)
+        return batch_ack.change_visibility_many(self._consumer, self._queue(queue), pairs)
+
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
@@ -344,33 +372,7 @@ class QueueClient:
         """Up to ``limit`` messages that a get could return now. Changes nothing."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ConfigError(f"limit must be a positive integer, got {limit!r}")
-        info = self._queue(queue)
-        from .engine import pointers
-
-        now = clock.now()
-        ptrs = pointers.read(self.conn, info)
-        hz = monoton.horizon(self.conn, info, ptrs.reader, now)
-        out: list[Message] = []
-        for row in read_range(
-            self.conn, info, ptrs.repair * info.bucket_size, hz.safe_end, COLUMNS
-        ):
-            if is_done(row, ptrs.reader) or is_expired(row, info, now):
-                continue
-            if max(to_epoch(row.visible_at), to_epoch(row.invisible_until)) > now:
-                continue
-            out.append(
-                Message(
-                    row.id,
-                    row.payload or b"",
-                    dict(row.headers or {}),
-                    None,
-                    row.deliveries or 0,
-                    row.enqueued_at,
-                )
-            )
-            if len(out) >= limit:
-                break
-        return out
+        return peek_messages(self.conn, self._queue(queue), limit)
 
     def stats(self, queue: str) -> dict:
         return queue_stats(self.conn, self.counters, self._queue(queue))

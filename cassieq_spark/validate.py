@@ -47,6 +47,10 @@ MAX_REPLICATION_FACTOR = 10
 MIN_WATCH_INTERVAL_SECONDS = 0.1
 MAX_WATCH_INTERVAL_SECONDS = 3600.0
 MAX_PORT = 65535
+# Batch receive and acknowledgement (``get_many``, ``ack_many``, ...), as in SQS: at most this
+# many messages or receipts per call, and a long poll of at most this many seconds.
+MAX_BATCH = 1000
+MAX_WAIT_SECONDS = 20.0
 
 
 def _show(value: object) -> str:
@@ -175,6 +179,16 @@ def count(value: object, what: str, minimum: int = 1, maximum: int | None = None
             f"{what} must be an integer{_range(minimum, maximum)}, got {_show(value)}"
         )
     return value
+
+
+def max_messages(value: object, what: str = "max_messages") -> int:
+    """How many messages one batch receive returns at most: 1 to :data:`MAX_BATCH`."""
+    return count(value, what, 1, MAX_BATCH)
+
+
+def wait_seconds(value: object, what: str = "wait_seconds") -> float:
+    """How long a batch receive waits for a first message: 0 to :data:`MAX_WAIT_SECONDS`."""
+    return seconds(value, what, MAX_WAIT_SECONDS)
 
 
 def _range(minimum: int, maximum: int | None) -> str:
