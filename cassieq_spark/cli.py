@@ -23,6 +23,7 @@ from .config import (
 from .engine.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
 from .validate import (
+    MAX_BATCH,
     MAX_DELAY_SECONDS,
     MAX_DELIVERY_COUNT,
     MAX_HEADERS_BYTES,
@@ -31,8 +32,11 @@ from .validate import (
     MAX_REPAIR_TIMEOUT_SECONDS,
     MAX_REPLICATION_FACTOR,
     MAX_VISIBILITY_SECONDS,
+    MAX_WAIT_SECONDS,
     MAX_WATCH_INTERVAL_SECONDS,
     MIN_WATCH_INTERVAL_SECONDS,
+    max_messages,
+    wait_seconds,
     watch_count,
     watch_interval,
 )
@@ -64,6 +68,7 @@ limits (the same in the Python client, the Spark options and the repair job):
   keyspace      1-48 of letters, digits, '_', starting with a letter
   --delay       0 to {MAX_DELAY_SECONDS:g} s (12 h)     --visibility-timeout  > 0 to {MAX_VISIBILITY_SECONDS:g} s (12 h)
   --repair-timeout  > 0 to {MAX_REPAIR_TIMEOUT_SECONDS:g} s (24 h)   --message-ttl  1 to {MAX_MESSAGE_TTL_SECONDS} s (20 years)
+  get --max  1 to {MAX_BATCH}     get --wait  0 to {MAX_WAIT_SECONDS:g} s
   --max-delivery-count  1 to {MAX_DELIVERY_COUNT}        --bucket-size  1 to {MAX_BUCKET_SIZE}
   payload       up to the queue's max_payload_bytes (default 1 MiB, at most 15 MiB)
   headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (Python client, Spark sink)
@@ -140,9 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("message")
     s.add_argument("--delay", type=float, default=0.0, metavar="S")
 
-    s = sub.add_parser("get", help=f"receive one message (JSON); exit {EXIT_EMPTY} when empty")
+    s = sub.add_parser(
+        "get",
+        help=f"receive one message (JSON); --max/--wait: a batch, one JSON line each; exit "
+        f"{EXIT_EMPTY} when empty",
+    )
     s.add_argument("queue")
     s.add_argument("--visibility-timeout", type=float, default=None, metavar="S")
+    # Strings, checked by validate.py, so a bad value gets the same one-line wording as elsewhere.
+    s.add_argument(
+        "--max",
+        default=None,
+        metavar="N",
+        help=f"receive up to N messages (1 to {MAX_BATCH}), one JSON object per line",
+    )
+    s.add_argument(
+        "--wait",
+        default=None,
+        metavar="S",
+        help=f"wait up to S seconds (0 to {MAX_WAIT_SECONDS:g}) for a first message (long polling)",
+    )
 
     s = sub.add_parser("ack", help="acknowledge a received message")
     s.add_argument("queue")
@@ -197,6 +219,13 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Values argparse takes as text, checked before connecting: a typo costs no connection."""
+    if args.command == "get":
+        if args.max is not None:
+            raw = args.max.strip()
+            args.max = max_messages(int(raw) if raw.lstrip("-").isdigit() else raw, "--max")
+        if args.wait is not None:
+            args.wait = wait_seconds(args.wait, "--wait")
+        return
     if args.command != "stats":
         return
     if not args.watch:
@@ -250,6 +279,17 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
         print(client.put(args.queue, payload, delay=args.delay))
+    elif cmd == "get" and (args.max is not None or args.wait is not None):
+        batch = client.get_many(
+            args.queue,
+            1 if args.max is None else args.max,
+            visibility_timeout=args.visibility_timeout,
+            wait_seconds=args.wait or 0.0,
+        )
+        if not batch:
+            raise _Exit(EXIT_EMPTY)
+        for m in batch:
+            _dump(m.as_dict())
     elif cmd == "get":
         msg = client.get(args.queue, visibility_timeout=args.visibility_timeout)
         if msg is None:
