@@ -112,6 +112,16 @@ def _text(statement) -> str:
     return getattr(statement, "query_string", "") or ""
 
 
+def _was_applied(rs) -> bool:
+    """``was_applied``, also for a conditional batch sent as CQL text (the driver knows only its
+    own ``BatchStatement``): one that did not apply returns a row per row its conditions read,
+    each led by ``[applied]``."""
+    rows = rs.current_rows
+    if len(rows) > 1:
+        return bool(rows[0][0])
+    return bool(rs.was_applied)
+
+
 class Connection:
     """One cluster connection: a driver ``Session`` plus a prepared-statement cache.
 
@@ -320,7 +330,7 @@ class Connection:
                 "applied" if ok else "not applied",
             )
             return CasResult(ok, row, resolved=True)
-        return CasResult(bool(rs.was_applied), rs.one())
+        return CasResult(_was_applied(rs), rs.one())
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
