@@ -3,8 +3,9 @@ DeleteMessageBatch: ``get_many``, ``ack_many``, ``change_visibility_many``.
 
 Where ``get_many`` looks, in order (as ``get``):
 
-1. due timers (expired deliveries, delayed messages): each is claimed by its own
-   compare-and-set, exactly as ``get`` claims it (one Paxos round per *redelivered* message);
+1. due timers (expired deliveries, delayed messages), in one pass over the due slots: each is
+   claimed by its own compare-and-set, exactly as ``get`` claims it (one Paxos round per
+   *redelivered* message);
 2. fresh messages from the reader pointer up to the horizon: claimed by **one conditional
    batch per bucket partition** of up to :data:`CLAIM_CHUNK` rows. Every row of the batch
    carries the very condition a single claim has (``IF version = null AND acked = null AND
@@ -95,20 +96,30 @@ def _receive(c: Consumer, queue: QueueInfo, vt: float, want: int) -> list[Messag
     busy = _stream_lease(queue, ptrs, now)
     if busy is not None:
         raise busy
-    out: list[Message] = []
-    try:
-        while len(out) < want:
-            msg = c._timers.next(queue, ptrs, now, vt, c._claim)
-            if msg is None:
-                break
-            out.append(msg)
-        if len(out) < want:
-            out.extend(_from_reader(c, queue, ptrs, now, vt, want - len(out)))
-    except QueueBusyError:
+    busy_seen: list[QueueBusyError] = []
+
+    def claim(queue: QueueInfo, row, now: float, vt: float) -> Message | None:
+        if busy_seen:
+            return None  # a stream holds the lease now: claim nothing more
+        try:
+            return c._claim(queue, row, now, vt)
+        except QueueBusyError as exc:
+            busy_seen.append(exc)
+            return None
+
+    out = c._timers.take(queue, ptrs, now, vt, claim, want)
+    if busy_seen:
         # A streaming query took the lease during this call: what was claimed before is ours
         # (each claim passed its lease check), the rest is the stream's.
         if not out:
-            raise
+            raise busy_seen[0]
+        return out
+    if len(out) < want:
+        try:
+            out.extend(_from_reader(c, queue, ptrs, now, vt, want - len(out)))
+        except QueueBusyError:
+            if not out:
+                raise
     return out
 
 
@@ -121,7 +132,11 @@ def _from_reader(
     out = _scan(c, queue, cache, ptrs, now, vt, want, refresh=False)
     if len(out) < want and cached:
         # The cached horizon ran out: messages may have arrived beyond it.
-        out += _scan(c, queue, cache, ptrs, now, vt, want - len(out), refresh=True)
+        try:
+            out += _scan(c, queue, cache, ptrs, now, vt, want - len(out), refresh=True)
+        except QueueBusyError:
+            if not out:
+                raise
     return out
 
 

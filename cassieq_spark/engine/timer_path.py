@@ -67,6 +67,21 @@ class TimerPath:
         """The first due message ``claim`` wins; moves the invisibility pointer over the slots
         found resolved. None: nothing due (or only lost races: the reader path may have some).
         """
+        taken = self.take(queue, ptrs, now, vt, claim, 1)
+        return taken[0] if taken else None
+
+    def take(
+        self,
+        queue: QueueInfo,
+        ptrs: pointers.Pointers,
+        now: float,
+        vt: float,
+        claim: Callable[[QueueInfo, Any, float, float], Message | None],
+        want: int,
+    ) -> list[Message]:
+        """Up to ``want`` due messages, each claimed by ``claim`` (one compare-and-set each), in
+        one pass over the due slots; fewer when fewer are due."""
+        out: list[Message] = []
         now_slot = timer_slot(now)
         resolved_to = ptrs.timer_slot
         contiguous = True
@@ -113,7 +128,10 @@ class TimerPath:
                 msg = claim(queue, row, now, vt)
                 if msg is not None:
                     seen[row.id] = now + vt
-                    return msg
+                    out.append(msg)
+                    if len(out) >= want:
+                        return out
+                    continue
                 # Someone else holds it now (and wrote its own timer) or acked it.
                 seen[row.id] = now + CONTENDED_SECONDS
                 lost += 1
@@ -131,7 +149,7 @@ class TimerPath:
         target = min(resolved_to, now_slot - TIMER_SETTLE_SLOTS)
         if target > ptrs.timer_slot:
             pointers.advance(self.conn, queue, "timer_slot", target)
-        return None
+        return out
 
 
 def _read_rows(conn: Connection, queue: QueueInfo, ids: list[int]) -> Iterator:
