@@ -108,6 +108,9 @@ def _measure(name: str, counter: CountingSession, messages: int, fn) -> dict:
     }
 
 
+GET_MANY = 100  # messages per get_many / ack_many call
+
+
 def bench_cassieq(client: QueueClient, counter: CountingSession, n: int, batch: int) -> list[dict]:
     queue = f"bench_{uuid.uuid4().hex[:10]}"
     client.create_queue(queue, visibility_timeout=300)
@@ -131,6 +134,26 @@ def bench_cassieq(client: QueueClient, counter: CountingSession, n: int, batch: 
         )
     )
     out.append(_measure("ack", counter, n, lambda: [client.ack(queue, r) for r in receipts]))
+    # The batch forms on the put_many messages still queued (n * 5), 100 per call.
+    calls = max(1, n // GET_MANY)
+    taken: list[str] = []
+
+    def get_many() -> None:
+        for _ in range(calls):
+            taken.extend(_receipt(m) for m in client.get_many(queue, GET_MANY))
+
+    out.append(_measure(f"get_many({GET_MANY})", counter, calls * GET_MANY, get_many))
+    out.append(
+        _measure(
+            f"ack_many({GET_MANY})",
+            counter,
+            len(taken),
+            lambda: [
+                client.ack_many(queue, taken[i : i + GET_MANY])
+                for i in range(0, len(taken), GET_MANY)
+            ],
+        )
+    )
     client.delete_queue(queue)
     return out
 

@@ -113,7 +113,12 @@ def table_rows(results: dict) -> list[dict]:
         ref = {r["operation"]: r for r in eng.get("reference_protocol") or []}
         for r in eng["cassieq"]:
             op = r["operation"]
-            b = ref.get(op.split("(")[0])
+            # get_many / ack_many against the reference's get / ack (one message per call there).
+            b = ref.get(
+                op.split("(")[0].removesuffix("_many")
+                if op.startswith(("get_many", "ack_many"))
+                else op.split("(")[0]
+            )
             rows.append(
                 {
                     "suite": "4 engine",
