@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -320,20 +321,25 @@ CONCURRENT_MESSAGES = 2000
 CONCURRENT_VT = 3.0
 
 
-def _consume(options: dict, queue: str, who: int, start_at: float) -> list[tuple]:
-    """Receive in batches until the queue stays empty; leave every 20th message unacked on
-    its first delivery (it comes back after the visibility timeout, maybe to the other)."""
+def _consume(options: dict, queue: str, who: int, ready) -> list[tuple]:
+    """Receive until the queue stays empty; leave every 20th message unacked on its first
+    delivery (it comes back after the visibility timeout, maybe to the other consumer).
+    Consumer 1 takes every other turn with a single ``get``: both claim paths race."""
     records = []
     with QueueClient.from_options(options) as client:
-        time.sleep(max(0.0, start_at - time.time()))
-        while True:
+        ready.wait(timeout=60)  # both connected: start together
+        for turn in itertools.count():
             t0 = time.time()
-            batch = client.get_many(
-                queue, 50, visibility_timeout=CONCURRENT_VT, wait_seconds=CONCURRENT_VT + 3
-            )
+            if who == 1 and turn % 2:
+                one = client.get(queue, visibility_timeout=CONCURRENT_VT)
+                batch = [one] if one is not None else []
+            else:
+                batch = client.get_many(
+                    queue, 50, visibility_timeout=CONCURRENT_VT, wait_seconds=CONCURRENT_VT + 3
+                )
+                if not batch:
+                    return records
             t1 = time.time()
-            if not batch:
-                return records
             keep = [m for m in batch if not (m.id % 20 == 0 and m.delivery_count == 1)]
             t2 = time.time()
             results = client.ack_many(queue, [m.pop_receipt for m in keep])
@@ -341,6 +347,7 @@ def _consume(options: dict, queue: str, who: int, start_at: float) -> list[tuple
             for m in batch:
                 version = PopReceipt.decode(m.pop_receipt).version
                 records.append((m.id, version, t0, t1, t2, acked.get(m.id), who, m.pop_receipt))
+    return records
 
 
 def test_two_consumer_processes_deliver_each_message_once(
@@ -350,15 +357,15 @@ def test_two_consumer_processes_deliver_each_message_once(
     q.create_queue(queue_name, visibility_timeout=CONCURRENT_VT, bucket_size=1000)
     ids = q.put_many(queue_name, [str(i) for i in range(CONCURRENT_MESSAGES)])
     ctx = mp.get_context("spawn")
-    start_at = time.time() + 4.0  # both connected by then
-    with ctx.Pool(2) as pool:
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        ready = manager.Barrier(2)
         runs = [
-            pool.apply_async(_consume, (cassieq_options, queue_name, who, start_at))
-            for who in (0, 1)
+            pool.apply_async(_consume, (cassieq_options, queue_name, who, ready)) for who in (0, 1)
         ]
         records = [r for run in runs for r in run.get(timeout=120)]
 
     per_consumer = collections.Counter(r[6] for r in records)
+    print(f"\ndeliveries per consumer: {dict(per_consumer)}, total {len(records)}")
     assert per_consumer[0] > 0 and per_consumer[1] > 0, per_consumer
     acks = collections.Counter(r[0] for r in records if r[5])
     assert set(acks) == set(ids), f"never acked: {sorted(set(ids) - set(acks))[:5]}"
@@ -411,6 +418,9 @@ def test_cli_get_max_wait_prints_json_lines(cassieq_options, queue_client, queue
     assert all(m["pop_receipt"] and m["delivery_count"] == 1 for m in lines)
     single = run("get", queue_name)  # without --max: one JSON object, as always
     assert single.returncode == 0 and json.loads(single.stdout)["payload"] == "three"
+    q.put(queue_name, "four")
+    waited = run("get", queue_name, "--wait", "1")  # --wait alone: up to one message
+    assert waited.returncode == 0 and json.loads(waited.stdout)["payload"] == "four"
     started = time.monotonic()
     empty = run("get", queue_name, "--max", "5", "--wait", "1")
     assert (empty.returncode, empty.stdout) == (EXIT_EMPTY, "")
