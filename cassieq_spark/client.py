@@ -286,7 +286,7 @@ class QueueClient:
         """Up to ``max_messages`` (1 to 1,000) visible messages, each hidden from others for the
         visibility timeout. Waits up to ``wait_seconds`` (0 to 20) for a first one and returns
         as soon as there is one; an empty list when none came. Fresh messages cost one Paxos
-        round per batch of up to 100 of one bucket; redeliveries one each."""
+        round per bucket (fewer messages per round after a race lost); redeliveries one each."""
         n = validate.max_messages(max_messages)
         wait = validate.wait_seconds(wait_seconds)
         info = self._queue(queue)
