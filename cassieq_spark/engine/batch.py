@@ -49,11 +49,11 @@ from .timer_path import ROW, SCAN_COLUMNS
 
 log = logging.getLogger(__name__)
 
-# Rows claimed by one conditional batch (one Paxos round): a whole call's worth (of one bucket)
-# while nobody races this client; after a lost race fewer (a batch that loses claims nothing),
-# a quarter after each loss, down to CLAIM_MIN.
+# Rows claimed by one conditional batch (one Paxos round): a whole call's worth (of one bucket);
+# after a lost race fewer (a batch that loses claims nothing), a quarter after each loss, down
+# to CLAIM_MIN. A client that lost a race in the last CONTENDED_SECONDS reads a longer stretch
+# and claims from a random place in it, so racing batches spread instead of colliding again.
 CLAIM_MAX = 1000
-CLAIM_CONTENDED = 64
 CLAIM_MIN = 16
 BODIES_BYTES = 32 * 1024 * 1024  # payload bytes one read of bodies may return, at most
 SCAN_CHUNK = 1024  # rows of the reader path read at once, at most (scan columns only)
@@ -183,9 +183,10 @@ def _scan(
     pos = start  # every id below this needs nothing more from the reader
     lost = 0
     contended = now - cache.lost_race_at < CONTENDED_SECONDS
-    limit = CLAIM_CONTENDED if contended else CLAIM_MAX
+    limit = CLAIM_MAX
     while len(out) < want and pos < horizon.safe_end and lost < SCAN_ROUNDS:
-        size = min(SCAN_CHUNK, max(SCAN_FIRST_CHUNK, 4 * (want - len(out))))
+        spread = SCAN_CHUNK if contended else 4 * (want - len(out))
+        size = min(SCAN_CHUNK, max(SCAN_FIRST_CHUNK, spread))
         end = min(horizon.safe_end, pos + size)
         candidates = [
             row
