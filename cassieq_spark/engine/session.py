@@ -108,7 +108,8 @@ def _text(statement) -> str:
     if isinstance(statement, BoundStatement):
         return statement.prepared_statement.query_string
     if isinstance(statement, BatchStatement):
-        return "BATCH"
+        # A batch may name what it holds (``query_string``), for the fault seam and the logs.
+        return getattr(statement, "query_string", None) or "BATCH"
     return getattr(statement, "query_string", "") or ""
 
 
@@ -303,7 +304,7 @@ class Connection:
 
     def cas(
         self,
-        cql: str,
+        cql: str | BatchStatement,
         params: tuple | list,
         *,
         read: str,
