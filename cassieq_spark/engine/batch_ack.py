@@ -2,8 +2,8 @@
 ChangeMessageVisibilityBatch: ``ack_many`` and ``change_visibility_many``.
 
 One result per receipt, in order: a stale or invalid receipt is a result, never an error for
-the whole call. Acks are plain writes after a version check, as for ``ack`` (no Paxos round,
-one counter update per call); visibility changes are one compare-and-set each, as
+the whole call. Acks are plain writes after a version check, as for ``ack`` (no Paxos round),
+read and written a bucket at a time; visibility changes are one compare-and-set each, as
 ``change_visibility``.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from cassandra.query import BatchStatement, BatchType
 
 from .. import validate
 from ..errors import ConfigError, InvalidReceiptError, StaleReceiptError, one_line
@@ -21,12 +23,16 @@ from .messages import remaining_ttl
 from .queues import QueueInfo
 from .receipts import PopReceipt
 
-IN_FLIGHT = 64  # concurrent reads or writes of ack_many
+ACK_CHUNK = 250  # receipts of one bucket read (``id IN``) and written (one batch) together
 
 OK = "ok"
 STALE = "stale"
 INVALID = "invalid"
 
+_VERSIONS = (
+    "SELECT id, version, acked, dead, enqueued_at FROM {ks}.messages "
+    "WHERE queue_id = ? AND bucket = ? AND id IN ?"
+)
 _ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
@@ -83,8 +89,9 @@ def _decode(queue: QueueInfo, text: object) -> PopReceipt:
 
 
 def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[ReceiptResult]:
-    """Each receipt as ``ack`` would take it (a version check, then a plain write), all at
-    once; one result per receipt, in order. No Paxos round; one counter update per call."""
+    """Each receipt as ``ack`` would take it (a version check, then a plain write); one result
+    per receipt, in order. No Paxos round: per bucket (and 250 receipts) one read and one
+    single-partition batch of plain writes, all in flight at once; one counter update."""
     results: list[ReceiptResult | None] = [None] * len(receipts)
     todo: list[tuple[int, PopReceipt]] = []
     seen: set[tuple[int, int]] = set()
@@ -100,34 +107,45 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
         seen.add((r.message_id, r.version))
         todo.append((i, r))
     now = clock.now()
-    stmt = c.conn.prepare(
-        "SELECT version, acked, dead, enqueued_at FROM {ks}.messages "
-        "WHERE queue_id = ? AND bucket = ? AND id = ?"
-    )
-    acked = 0
-    for start in range(0, len(todo), IN_FLIGHT):
-        part = todo[start : start + IN_FLIGHT]
-        keys = [
-            (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id)
-            for _, r in part
-        ]
-        rows = [f.result().one() for f in [c.conn.execute_async(stmt, k) for k in keys]]
-        writes = []
-        for (i, r), key, row in zip(part, keys, rows, strict=True):
+    groups: dict[int, list[tuple[int, PopReceipt]]] = {}
+    for i, r in todo:
+        groups.setdefault(bucket_of(r.message_id, queue.bucket_size), []).append((i, r))
+    # One read per bucket (and ACK_CHUNK receipts), all in flight at once.
+    parts = [
+        (bucket, group[at : at + ACK_CHUNK])
+        for bucket, group in groups.items()
+        for at in range(0, len(group), ACK_CHUNK)
+    ]
+    reads = [
+        c.conn.execute_async(
+            _VERSIONS, (queue.queue_id, bucket, sorted({r.message_id for _, r in part}))
+        )
+        for bucket, part in parts
+    ]
+    writes = []
+    done: list[PopReceipt] = []
+    for (bucket, part), read in zip(parts, reads, strict=True):
+        rows = {row.id: row for row in read.result()}
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        batch.is_idempotent = True  # setting acked = true twice changes nothing
+        for i, r in part:
+            row = rows.get(r.message_id)
             if row is None or row.acked or row.dead or row.version != r.version:
                 why = "the message was acked or redelivered since; get it again"
                 results[i] = ReceiptResult(receipts[i], STALE, _stale(queue, r, why))
                 continue
-            writes.append(c.conn.execute_async(_ACK, (remaining_ttl(row, queue, now), *key)))
+            key = (queue.queue_id, bucket, r.message_id)
+            batch.add(c.conn.prepare(_ACK), (remaining_ttl(row, queue, now), *key))
             results[i] = ReceiptResult(receipts[i], OK)
-        for f in writes:
-            f.result()
-        acked += len(writes)
-        for i, r in part:
-            if results[i] is not None and results[i].ok:  # type: ignore[union-attr]
-                c._timers.acked(queue, r.message_id, r.version)
-    if acked:
-        c.counters.add(queue, "acked", acked)
+            done.append(r)
+        if len(batch):
+            writes.append(c.conn.execute_async(batch))  # one partition: one mutation
+    for f in writes:
+        f.result()
+    for r in done:
+        c._timers.acked(queue, r.message_id, r.version)
+    if done:
+        c.counters.add(queue, "acked", len(done))
     return [r for r in results if r is not None]
 
 
