@@ -1,5 +1,5 @@
-"""Batch receive and acknowledgement for clients, in the style of SQS ReceiveMessage and
-DeleteMessageBatch: ``get_many``, ``ack_many``, ``change_visibility_many``.
+"""Batch receive for clients, in the style of SQS ReceiveMessage with long polling:
+``get_many`` (the batch acks are in ``batch_ack.py``).
 
 Where ``get_many`` looks, in order (as ``get``):
 
@@ -7,17 +7,17 @@ Where ``get_many`` looks, in order (as ``get``):
    claimed by its own compare-and-set, exactly as ``get`` claims it (one Paxos round per
    *redelivered* message);
 2. fresh messages from the reader pointer up to the horizon: claimed by **one conditional
-   batch per bucket partition** of up to :data:`CLAIM_MAX` rows (fewer after a lost race). Every row of the batch
-   carries the very condition a single claim has (``IF version = null AND acked = null AND
-   dead = null``), and Cassandra applies a conditional batch on one partition in one Paxos
-   round, all or nothing. So a batch and a ``get`` (or another batch) racing for one row is
-   the same race as two ``get`` calls: exactly one wins, and a message is never in flight with
-   two consumers at once. A batch that loses (one of its rows was taken meanwhile) claims
-   nothing; the stretch is read afresh and claimed again, at most :data:`SCAN_ROUNDS` times.
+   batch per bucket partition** of up to :data:`CLAIM_MAX` rows (fewer after a lost race).
+   Every row of the batch carries the very condition a single claim has (``IF version = null
+   AND acked = null AND dead = null``), and Cassandra applies a conditional batch on one
+   partition in one Paxos round, all or nothing. So a batch and a ``get`` (or another batch)
+   racing for one row is the same race as two ``get`` calls: exactly one wins, and a message
+   is never in flight with two consumers at once. A batch that loses (one of its rows was
+   taken meanwhile) claims nothing; the stretch is read afresh and claimed again, at most
+   :data:`SCAN_ROUNDS` times.
 
 After a lost reply (``Connection.cas``) the first row of the batch is read back at SERIAL: its
 ``claimed_by`` token says whether this batch applied, and then it applied to every row.
-Acks stay plain writes after a version check, as for ``ack`` (no Paxos round).
 """
 
 from __future__ import annotations
@@ -71,8 +71,6 @@ _BODIES = (
     "SELECT id, payload, headers, enqueued_at FROM {ks}.messages "
     "WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
-
-
 # What the fault seam, the logs and the tests' counters see of a claim batch.
 _CLAIM_TEXT = f"BEGIN BATCH {_CLAIM_ROW}; ... APPLY BATCH"
 
