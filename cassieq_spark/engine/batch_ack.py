@@ -3,12 +3,13 @@ ChangeMessageVisibilityBatch: ``ack_many`` and ``change_visibility_many``.
 
 One result per receipt, in order: a stale or invalid receipt is a result, never an error for
 the whole call. Acks are plain writes after a version check, as for ``ack`` (no Paxos round),
-read and written a bucket at a time; visibility changes are one compare-and-set each, as
-``change_visibility``.
+read and written a bucket at a time; visibility changes are compare-and-sets as in
+``change_visibility``, one conditional batch per bucket when every receipt in it holds.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,12 +17,14 @@ from cassandra.query import BatchStatement, BatchType
 
 from .. import validate
 from ..errors import ConfigError, InvalidReceiptError, StaleReceiptError, one_line
-from . import clock
+from . import clock, timers
 from .buckets import bucket_of
+from .clock import from_epoch
 from .consumer import Consumer
-from .messages import remaining_ttl
+from .messages import is_expired, remaining_ttl
 from .queues import QueueInfo
 from .receipts import PopReceipt
+from .timer_path import ROW
 
 ACK_CHUNK = 250  # receipts of one bucket read (``id IN``) and written (one batch) together
 
@@ -33,6 +36,12 @@ _VERSIONS = (
     "SELECT id, version, acked, dead, enqueued_at FROM {ks}.messages "
     "WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
+# The statement of ``Consumer.change_visibility``, repeated in one conditional batch.
+_CHANGE_ROW = (
+    "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
+    "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
+)
+_CHANGE_TEXT = f"BEGIN BATCH {_CHANGE_ROW}; ... APPLY BATCH"  # what the fault seam sees
 _ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
@@ -152,16 +161,84 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
 def change_visibility_many(
     c: Consumer, queue: QueueInfo, entries: Sequence[tuple[str, float]]
 ) -> list[ReceiptResult]:
-    """``change_visibility`` for each ``(receipt, seconds)`` (already validated): one
-    compare-and-set per entry; a stale or invalid receipt is a result, not an error."""
-    out = []
-    for text, seconds in entries:
+    """``change_visibility`` for each ``(receipt, seconds)`` (already validated); a stale or
+    invalid receipt is a result, not an error. The receipts of one bucket are changed by one
+    conditional batch (one Paxos round), each row on its own receipt's condition; a batch that
+    does not apply (a receipt in it is stale) changed nothing, and its entries are then done
+    one compare-and-set each, which tells the stale ones apart."""
+    out: list[ReceiptResult | None] = [None] * len(entries)
+    todo: list[tuple[int, PopReceipt, float]] = []
+    for i, (text, seconds) in enumerate(entries):
         try:
-            new = c.change_visibility(queue, text, seconds)
+            todo.append((i, _decode(queue, text), seconds))
         except InvalidReceiptError as exc:
-            out.append(ReceiptResult(str(text), INVALID, one_line(exc)))
+            out[i] = ReceiptResult(str(text), INVALID, one_line(exc))
+    one_by_one = todo
+    ids = [r.message_id for _, r, _ in todo]
+    if len(todo) > 1 and len(set(ids)) == len(ids):  # one row twice: conditions would clash
+        groups: dict[int, list[tuple[int, PopReceipt, float]]] = {}
+        for entry in todo:
+            groups.setdefault(bucket_of(entry[1].message_id, queue.bucket_size), []).append(entry)
+        one_by_one = []
+        for bucket, group in groups.items():
+            for at in range(0, len(group), ACK_CHUNK):
+                part = group[at : at + ACK_CHUNK]
+                if not _change_batch(c, queue, bucket, part, entries, out):
+                    one_by_one += part
+    for i, _r, seconds in sorted(one_by_one, key=lambda e: e[0]):
+        text = entries[i][0]
+        try:
+            out[i] = ReceiptResult(text, OK, new_receipt=c.change_visibility(queue, text, seconds))
+        except InvalidReceiptError as exc:
+            out[i] = ReceiptResult(str(text), INVALID, one_line(exc))
         except StaleReceiptError as exc:
-            out.append(ReceiptResult(text, STALE, one_line(exc)))
-        else:
-            out.append(ReceiptResult(text, OK, new_receipt=new))
-    return out
+            out[i] = ReceiptResult(text, STALE, one_line(exc))
+    return [r for r in out if r is not None]
+
+
+def _change_batch(
+    c: Consumer,
+    queue: QueueInfo,
+    bucket: int,
+    part: list[tuple[int, PopReceipt, float]],
+    entries: Sequence[tuple[str, float]],
+    out: list[ReceiptResult | None],
+) -> bool:
+    """Change ``part`` (receipts of one bucket) with one conditional batch; False: nothing
+    changed (some receipt is stale, or a message expired)."""
+    conn = c.conn
+    now = clock.now()
+    ttls = dict.fromkeys((r.message_id for _, r, _ in part), 0)
+    if queue.ttl:
+        rows = conn.execute(_VERSIONS, (queue.queue_id, bucket, sorted(ttls)))
+        found = {row.id: row for row in rows if not is_expired(row, queue, now)}
+        if len(found) < len(ttls):
+            return False
+        ttls = {mid: remaining_ttl(row, queue, now) for mid, row in found.items()}
+    # The new timers first: if we die right after the change, the messages still come back.
+    due = [(now + seconds, r.message_id) for _, r, seconds in part]
+    for f in [conn.execute_async(t) for t in timers.many_statements(conn, queue, due, now)]:
+        f.result()
+    token = uuid.uuid4().hex[:16]
+    batch = BatchStatement(batch_type=BatchType.LOGGED)
+    stmt = conn.prepare(_CHANGE_ROW)
+    for (_i, r, _s), (when, mid) in zip(part, due, strict=True):
+        key = (queue.queue_id, bucket, mid)
+        batch.add(stmt, (ttls[mid], r.version + 1, from_epoch(when), token, *key, r.version))
+    batch.query_string = _CHANGE_TEXT
+    first = part[0][1]
+    res = conn.cas(
+        batch,
+        (),
+        read=ROW.format(cols="version, claimed_by"),
+        read_params=(queue.queue_id, bucket, first.message_id),
+        applied=lambda cur: (
+            cur is not None and cur.version == first.version + 1 and cur.claimed_by == token
+        ),
+    )
+    if not res.was_applied:
+        return False
+    for i, r, _s in part:
+        new = PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
+        out[i] = ReceiptResult(entries[i][0], OK, new_receipt=new)
+    return True

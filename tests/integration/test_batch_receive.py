@@ -327,6 +327,28 @@ def test_change_visibility_many(queue_client, queue_name):
     assert q.ack_many(queue_name, [results[1].new_receipt])[0].ok
 
 
+def test_change_visibility_many_takes_one_paxos_round_per_bucket_when_every_receipt_holds(
+    queue_client, queue_name, monkeypatch
+):
+    q = queue_client
+    q.create_queue(queue_name, visibility_timeout=60, bucket_size=100, message_ttl=3600)
+    ids = q.put_many(queue_name, [b"v"] * 150)
+    got = q.get_many(queue_name, 150)
+    counting = _Counting(monkeypatch, q.conn)
+    results = q.change_visibility_many(queue_name, [(m.pop_receipt, 0.5) for m in got])
+    assert all(r.ok for r in results) and len(results) == 150
+    assert counting.lwt() == 2, counting.seen  # buckets 0 and 1
+    monkeypatch.undo()
+    # The new receipts hold; the old ones are stale; the messages come back half a second on.
+    assert {r.status for r in q.ack_many(queue_name, [m.pop_receipt for m in got])} == {"stale"}
+    back = q.get_many(queue_name, 150, wait_seconds=5)
+    while len(back) < 150:
+        more = q.get_many(queue_name, 150, wait_seconds=3)
+        assert more, len(back)
+        back += more
+    assert sorted(m.id for m in back) == ids and all(m.delivery_count == 2 for m in back)
+
+
 # -- two consumer processes ------------------------------------------------------------------------
 
 CONCURRENT_MESSAGES = 2000
