@@ -17,7 +17,7 @@ import time
 import pytest
 from test_protocol_source import drivers  # noqa: F401  (fixture)
 
-from cassieq_spark.engine import faults, pointers
+from cassieq_spark.engine import faults, monoton, pointers
 from cassieq_spark.engine.session import SERIAL_READ_ATTEMPTS
 from cassieq_spark.errors import QueueBusyError
 
@@ -161,3 +161,19 @@ def test_pointer_move_meeting_a_late_renewal_adopts_it(queue_client, queue_name,
     assert d.batch() == ids
     d.commit()
     assert queue_client.stats(queue_name)["acked"] == 4
+
+
+def test_keyed_reservation_claim_not_applied_is_claimed_again(queue_client, queue_name):
+    """A sink task's claim of its reservation key (replay-keyed writes) times out before it
+    runs; the SERIAL read finds the key free. Old code (verified in the 3-node run, and here):
+    it gave its block back and failed the task with "reservation key ... vanished while it was
+    being claimed". Now it claims the key again with the same block, and a replay of the task
+    finds that block."""
+    queue_client.create_queue(queue_name)
+    q = queue_client.get_queue(queue_name)
+    rule = faults.inject(faults.TIMEOUT_BEFORE, r"INSERT INTO \S+\.reservation_keys")
+    res = monoton.reserve_keyed(queue_client.conn, q, "s:race5:0:1:0", 10)
+    assert rule.hits == 1
+    assert res.hi - res.lo == 10 and not res.closed
+    again = monoton.reserve_keyed(queue_client.conn, q, "s:race5:0:1:0", 10)
+    assert (again.lo, again.hi) == (res.lo, res.hi)
