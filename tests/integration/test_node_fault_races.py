@@ -32,6 +32,35 @@ def _faults():
     faults.reset()
 
 
+def renewal_with_unknown_outcome(lease) -> object:
+    """A renewal by the query's own thread whose outcome the run never learns (its settle read
+    timed out too): the lease_until it sent, which it did not adopt."""
+    sent: list = []
+
+    def unknown_outcome(until, **_):
+        if threading.current_thread().name != "cassieq-lease":
+            sent.append(until)
+            raise TimeoutError("injected: renewal outcome unknown")
+
+    faults.on("lease.before_renew", unknown_outcome)
+    with pytest.raises(TimeoutError):
+        lease.renew()
+    faults.reset()
+    return sent[0]
+
+
+def set_lease_until(queue_client, q, owner: str, until) -> None:
+    """Write ``lease_until`` under ``owner`` with a compare-and-set, as a Paxos round would: a
+    late completion of a renewal, or another run's renewal."""
+    assert queue_client.conn.cas(
+        "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? IF lease_owner = ?",
+        (until, q.queue_id, owner),
+        read="SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?",
+        read_params=(q.queue_id,),
+        applied=lambda row: row is not None and row.lease_until == until,
+    ).was_applied
+
+
 def test_settle_read_outlasts_a_slow_cluster(queue_client, queue_name):
     """A put's reservation applies but its reply is lost, and the SERIAL reads that settle it
     time out more often than the quick-retry count (a frozen replica holding the Paxos round).
@@ -86,28 +115,8 @@ def test_lease_renewal_applied_late_is_still_ours(queue_client, queue_name, driv
     d.start()
     assert d.batch() == ids
     lease = d.reader._stream.lease
-    sent: list = []
-
-    def unknown_outcome(until, **_):
-        if threading.current_thread().name != "cassieq-lease":
-            sent.append(until)
-            raise TimeoutError("injected: renewal outcome unknown")
-
-    faults.on("lease.before_renew", unknown_outcome)
-    with pytest.raises(TimeoutError):
-        lease.renew()
-    faults.reset()
     token = lease.token
-    # The late completion of that renewal, as Paxos would apply it: conditioned on our token.
-    late = queue_client.conn.cas(
-        "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? "
-        "IF lease_owner = ? AND lease_until = ?",
-        (sent[0], q.queue_id, "stream:race3", token),
-        read="SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?",
-        read_params=(q.queue_id,),
-        applied=lambda row: row is not None and row.lease_until == sent[0],
-    )
-    assert late.was_applied
+    set_lease_until(queue_client, q, "stream:race3", renewal_with_unknown_outcome(lease))
     d.commit()
     st = queue_client.stats(queue_name)
     assert st["reader_pointer"] == 10 and st["acked"] == 10
@@ -116,14 +125,7 @@ def test_lease_renewal_applied_late_is_still_ours(queue_client, queue_name, driv
     # Another run's token is not ours: the fence still holds.
     queue_client.put_many(queue_name, [b"h"] * 5)
     assert len(d.batch()) == 5
-    other = pointers.lease_time(time.time() + 30)
-    assert queue_client.conn.cas(
-        "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? IF lease_owner = ?",
-        (other, q.queue_id, "stream:race3"),
-        read="SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?",
-        read_params=(q.queue_id,),
-        applied=lambda row: row is not None and row.lease_until == other,
-    ).was_applied
+    set_lease_until(queue_client, q, "stream:race3", pointers.lease_time(time.time() + 30))
     with pytest.raises(QueueBusyError, match="another run of this query"):
         d.commit()
     assert queue_client.stats(queue_name)["reader_pointer"] == 10
@@ -137,26 +139,10 @@ def test_pointer_move_meeting_a_late_renewal_adopts_it(queue_client, queue_name,
     d = drivers(queue_name, consumerId="race4")
     d.start()
     lease = d.reader._stream.lease
-    sent: list = []
-
-    def unknown_outcome(until, **_):
-        if threading.current_thread().name != "cassieq-lease":
-            sent.append(until)
-            raise TimeoutError("injected: renewal outcome unknown")
-
-    faults.on("lease.before_renew", unknown_outcome)
-    with pytest.raises(TimeoutError):
-        lease.renew()
-    faults.reset()
-    assert queue_client.conn.cas(
-        "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? IF lease_owner = ?",
-        (sent[0], q.queue_id, "stream:race4"),
-        read="SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?",
-        read_params=(q.queue_id,),
-        applied=lambda row: row is not None and row.lease_until == sent[0],
-    ).was_applied
+    late = renewal_with_unknown_outcome(lease)
+    set_lease_until(queue_client, q, "stream:race4", late)
     assert lease.advance("reader", 0) is False  # already there: nothing to move
-    assert lease.token == sent[0] and lease.lost is None
+    assert lease.token == late and lease.lost is None
     ids = queue_client.put_many(queue_name, [b"m"] * 4)
     assert d.batch() == ids
     d.commit()
