@@ -42,6 +42,7 @@ from .queues import QueueInfo
 from .session import Connection
 from .stream_ack import BatchAck
 from .stream_read import skipped_overlapping, timer_scan_start
+from .stream_start import StartingPosition, first_id
 from .stream_timers import TimerCandidates
 
 log = logging.getLogger(__name__)
@@ -139,12 +140,25 @@ class StreamConsumer:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def initial(self) -> Position:
-        """Where a new stream starts: the id path at the reader pointer, the timer path at the
-        invisibility pointer (acking this position, which delivered nothing, scans no slot)."""
+    def initial(self, start: StartingPosition | None = None) -> Position:
+        """Where a new stream starts: the id path at the reader pointer (or at ``start``, see
+        ``stream_start.py``), the timer path at the invisibility pointer (acking this
+        position, which delivered nothing, scans no slot)."""
         self.lease.ensure()
         p = self.pointers()
-        return Position(p.reader, p.reader, max(-1, p.timer_slot * 1000 - 1))
+        first = p.reader if start is None else first_id(self.conn, self.queue, start, p.reader)
+        if first > p.reader:
+            log.info(
+                "queue %s: the stream starts at id %d (startingPosition %s); ids %d..%d stay "
+                "in the queue, and its batches are acked message by message while the reader "
+                "pointer is below them",
+                self.queue.name,
+                first,
+                start.describe() if start else "earliest",
+                p.reader,
+                first - 1,
+            )
+        return Position(first, first, max(-1, p.timer_slot * 1000 - 1))
 
     def fix_target(self) -> Position:
         """Make this run end at everything reserved by now, including blocks still being
@@ -271,5 +285,5 @@ class StreamConsumer:
         if self._acked is not None and self._acked.covers(end):
             return
         self.lease.ensure()
-        self._acks.ack(end.id, end.ts, self._scan_from.get((end.id, end.ts)))
+        self._acks.ack(end.id, end.ts, self._scan_from.get((end.id, end.ts)), end.from_id)
         self._acked = end if self._acked is None or end.covers(self._acked) else self._acked

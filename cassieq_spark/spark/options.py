@@ -21,7 +21,9 @@ from ..engine import monoton, queues, schema
 from ..engine.buckets import DEFAULT_BUCKET_SIZE
 from ..engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from ..engine.session import Connection
+from ..engine.stream_start import StartingPosition
 from ..errors import ConfigError, QueueNotFoundError
+from . import source_checks
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ SOURCE_OPTIONS: dict[str, str] = {
     "minidsperpartition": "minIdsPerPartition",
     "leasetimeout": "leaseTimeout",
     "consumerid": "consumerId",
+    "startingposition": "startingPosition",
 }
 
 WRITER_TYPES = ("arrow", "rows")
@@ -267,6 +270,8 @@ class SourceSettings:
     min_ids_per_partition: int | None
     lease_timeout: float
     consumer_id: str | None
+    # where a query without a checkpoint starts; None: not given (earliest)
+    starting_position: StartingPosition | None = None
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -300,6 +305,11 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         min_ids_per_partition=min_ids,
         lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
         consumer_id=consumer_id,
+        starting_position=(
+            source_checks.starting_position(raw["startingposition"])
+            if "startingposition" in raw
+            else None
+        ),
     )
 
 

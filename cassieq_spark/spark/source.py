@@ -80,6 +80,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"stream:{(self.settings and self.settings.consumer_id) or uuid.uuid4().hex[:12]}"
         )
         self._latest: dict | None = None
+        self._initial: dict | None = None  # what initialOffset returned in this run
+        self._first_plan = True
         self._reset_live()
 
     def _reset_live(self) -> None:
@@ -138,7 +140,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         self._raise_init_error()
         _, st = self._connect()
-        return self._make(st.initial()).to_dict()
+        self._initial = self._make(st.initial(self.settings.starting_position)).to_dict()
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         self._raise_init_error()
@@ -157,8 +160,18 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._raise_init_error()
         s = self._offset(start)
-        _, st = self._connect()
+        queue, st = self._connect()
         self._check_alive(s)
+        if self._first_plan:
+            self._first_plan = False
+            if self.settings.starting_position is not None and start != self._initial:
+                log.info(
+                    "queue %s: option startingPosition (%s) is ignored: the checkpoint already "
+                    "has offsets, the query resumes at id %d",
+                    queue.name,
+                    self.settings.starting_position.describe(),
+                    s.id,
+                )
         # Spark calls this for batch N+1 only after batch N's commit log: everything below
         # `start` is committed, so the ack the engine's planning does first can never
         # precede Spark's commit.
