@@ -79,6 +79,7 @@ class Plan:
 
     end: Position | None
     latest: Position
+    due: int = 0  # messages of the timer path due in this batch
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class StreamConsumer:
             time.sleep(TARGET_POLL_SECONDS)
         end = Position(from_id, end_id, end_ts)
         self._planned = (start, end, due)
-        return Plan(end, latest)
+        return Plan(end, latest, len(due))
 
     def _warn_future(self, start_ts: int) -> None:
         ahead = (start_ts - self.clock.now_ms()) / 1000

@@ -60,6 +60,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "leasetimeout": "leaseTimeout",
     "consumerid": "consumerId",
     "startingposition": "startingPosition",
+    "minmessagespertrigger": "minMessagesPerTrigger",
+    "maxtriggerdelay": "maxTriggerDelay",
 }
 
 WRITER_TYPES = ("arrow", "rows")
@@ -272,6 +274,9 @@ class SourceSettings:
     consumer_id: str | None
     # where a query without a checkpoint starts; None: not given (earliest)
     starting_position: StartingPosition | None = None
+    # pacing: no batch below this many messages, unless max_trigger_delay (s) has passed
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -297,10 +302,13 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
                 f"option 'consumerId' must be 1-100 characters from letters, digits, '_', '-', "
                 f"'.', ':', got {consumer_id!r}"
             )
+    max_messages = parsed.int_option("maxMessagesPerTrigger", None, 1)
+    min_messages = parsed.int_option("minMessagesPerTrigger", None, 1)
+    source_checks.check_pacing(min_messages, max_messages, "maxtriggerdelay" in raw)
     return SourceSettings(
         common=parsed.common,
         connection=connection,
-        max_messages_per_trigger=parsed.int_option("maxMessagesPerTrigger", None, 1),
+        max_messages_per_trigger=max_messages,
         max_ids_per_partition=max_ids,
         min_ids_per_partition=min_ids,
         lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
@@ -309,6 +317,10 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
             source_checks.starting_position(raw["startingposition"])
             if "startingposition" in raw
             else None
+        ),
+        min_messages_per_trigger=min_messages,
+        max_trigger_delay=source_checks.duration(
+            raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
         ),
     )
 
