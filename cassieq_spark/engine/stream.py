@@ -36,8 +36,10 @@ from dataclasses import dataclass
 
 from ..errors import QueueNotFoundError
 from . import monoton, pointers, queues
+from .clock import to_epoch
 from .consumer import record_skipped
 from .lease import ClusterClock, Lease
+from .messages import read_range
 from .queues import QueueInfo
 from .session import Connection
 from .stream_ack import BatchAck
@@ -277,6 +279,18 @@ class StreamConsumer:
             if ids:
                 timer_excluded = self.excluded(ids[0], ids[-1] + 1)
         return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded))
+
+    def oldest_waiting_age_ms(self, from_id: int, to_id: int) -> int | None:
+        """How long (ms, Cassandra's clock against the writer's ``enqueued_at``) the first
+        message of ``[from_id, to_id)`` has waited: the lag of a stream whose next batch starts
+        at ``from_id``. Looks at one bucket's worth of ids at most; None: none found there."""
+        hi = min(to_id, from_id + self.queue.bucket_size)
+        if hi <= from_id:
+            return None
+        for row in read_range(self.conn, self.queue, from_id, hi, "id, enqueued_at, acked"):
+            if row.enqueued_at is not None and not row.acked:
+                return max(0, self.clock.now_ms() - int(to_epoch(row.enqueued_at) * 1000))
+        return None
 
     # -- acking ------------------------------------------------------------------------------
 

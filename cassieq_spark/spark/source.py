@@ -194,11 +194,23 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_rows is not None and max_rows >= NO_ROW_CAP:
             max_rows = None
         plan = st.plan(self._position(s), max_rows)
-        self._latest = self._make(plan.latest).to_dict()
-        if plan.end is None or self._hold_back(limit, plan):
+        end = s if plan.end is None or self._hold_back(limit, plan) else self._make(plan.end)
+        self._latest = self._with_lag(plan, end)
+        if end is s:
             return s.to_dict()  # nothing new (or not enough yet): Spark runs no batch
         self._last_batch_at = time.monotonic()
-        return self._make(plan.end).to_dict()
+        return end.to_dict()
+
+    def _with_lag(self, plan: Plan, end: SourceOffset) -> dict:
+        """The latest offset as reported in the query's progress (``sources[].latestOffset``),
+        with the lag after the batch ending at ``end``: ``behind`` (ids of the id path not in
+        a batch yet) and ``oldestAgeMs`` (how long the first of them has waited; null when
+        none does). Spark only shows it: it is never a batch's offset."""
+        _, st = self._connect()
+        first = max(end.id, plan.latest.from_id)
+        behind = max(0, plan.latest.id - first)
+        age = st.oldest_waiting_age_ms(first, plan.latest.id) if behind else None
+        return {**self._make(plan.latest).to_dict(), "behind": behind, "oldestAgeMs": age}
 
     def _hold_back(self, limit: ReadLimit, plan: Plan) -> bool:
         """``minMessagesPerTrigger``: no batch until that many messages are there, unless
