@@ -58,9 +58,19 @@ def first_id(conn: Connection, queue: QueueInfo, start: StartingPosition, reader
     ids below it were consumed by others)."""
     if start.kind == EARLIEST:
         return reader
-    if start.kind == AT_ID:
-        return max(reader, int(start.value or 0))
     next_id = monoton.horizon(conn, queue, reader, window=1).next_id
+    if start.kind == AT_ID:
+        wanted = int(start.value or 0)
+        if wanted > next_id:
+            log.warning(
+                "queue %s: startingPosition %s lies beyond the ids handed out so far (next "
+                "%d): the %d messages enqueued next will not be delivered by this query",
+                queue.name,
+                start.describe(),
+                next_id,
+                wanted - next_id,
+            )
+        return max(reader, wanted)
     if start.kind == LATEST:
         return max(reader, next_id)
     if start.kind == AT_TIMESTAMP:

@@ -86,7 +86,7 @@ def test_max_trigger_delay_lets_a_small_batch_through(
     assert t2 - t1 >= 3.0, (t1, t2)
 
 
-def test_available_now_splits_by_the_maximum_and_ignores_the_minimum(
+def test_available_now_and_once_ignore_the_minimum(
     sspark, queue_client, queue_name, cassieq_options, tmp_path
 ):
     queue_client.create_queue(queue_name, bucket_size=5)
@@ -104,6 +104,12 @@ def test_available_now_splits_by_the_maximum_and_ignores_the_minimum(
     assert q.awaitTermination(180) and q.exception() is None
     assert [sorted(v) for _, v in sorted(c.batches.items()) if v] == [ids[:3], ids[3:]]
     assert queue_client.stats(queue_name)["acked"] == 4
+    # Trigger.Once ignores the minimum too (Spark passes it ReadAllAvailable)
+    more = queue_client.put_many(queue_name, [b"y"] * 2)
+    once = Collector()
+    q = start(sspark, opts, once, tmp_path / "o", {"once": True})
+    assert q.awaitTermination(180) and q.exception() is None
+    assert once.ids == more and len(once.batches) == 1
 
 
 def test_bad_pacing_option_fails_at_load(sspark, queue_name, cassieq_options):
