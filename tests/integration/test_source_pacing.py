@@ -4,11 +4,14 @@ maxMessagesPerTrigger), against the real Cassandra and a real local Spark."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
 from cassieq_spark.spark import register
+from cassieq_spark.spark.source import NO_ROW_CAP, CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -116,3 +119,36 @@ def test_bad_pacing_option_fails_at_load(sspark, queue_name, cassieq_options):
     opts = {**cassieq_options, "queue": queue_name, "maxTriggerDelay": "15s"}
     with pytest.raises(Exception, match="'maxTriggerDelay' only applies with"):
         sspark.readStream.format("cassieq").options(**opts).load()
+
+
+def test_pacing_of_the_driver_side_reader(queue_client, queue_name, cassieq_options):
+    """The reader's latestOffset without Spark: deterministic, no trigger timing involved."""
+    queue_client.create_queue(queue_name)
+    opts = {
+        **cassieq_options,
+        "queue": queue_name,
+        "consumerId": f"{queue_name}-r",
+        "minMessagesPerTrigger": 3,
+        "maxTriggerDelay": "1h",
+    }
+    reader = CassieQStreamReader(opts)
+    try:
+        paced = reader.getDefaultReadLimit()
+        assert isinstance(paced, ReadMaxRows) and paced.max_rows == NO_ROW_CAP
+        start = reader.initialOffset()
+        queue_client.put_many(queue_name, [b"a"] * 2)
+        assert reader.latestOffset(start, paced) == start  # two of three: no batch
+        assert reader.reportLatestOffset()["behind"] == 2  # the backlog shows all the same
+        assert reader.latestOffset(start, ReadAllAvailable())["id"] == 2  # Trigger.Once
+        queue_client.put_many(queue_name, [b"b"])
+        assert reader.latestOffset(start, paced)["id"] == 3  # three: a batch
+        queue_client.put_many(queue_name, [b"c"])
+        assert reader.latestOffset(start, paced)["id"] == 4  # from the same start: four
+        reader.settings = replace(reader.settings, max_trigger_delay=0.2)
+        later = {**start, "from": 4, "id": 4}
+        queue_client.put_many(queue_name, [b"d"])
+        assert reader.latestOffset(later, paced) == later  # one, and the delay is not over
+        time.sleep(0.3)
+        assert reader.latestOffset(later, paced)["id"] == 5  # the delay is over
+    finally:
+        reader.stop()

@@ -4,16 +4,19 @@ start stays in the queue (nothing acked by skipping it)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
 from cassieq_spark.engine.queues import get_queue
 from cassieq_spark.engine.stream import StreamConsumer
 from cassieq_spark.engine.stream_start import StartingPosition
 from cassieq_spark.spark import register
+from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -143,3 +146,34 @@ def test_bad_starting_position_fails_at_load(sspark, queue_name, cassieq_options
     opts = {**cassieq_options, "queue": queue_name, "startingPosition": value}
     with pytest.raises(Exception, match="option 'startingPosition' must be earliest, latest"):
         sspark.readStream.format("cassieq").options(**opts).load()
+
+
+def test_the_ignored_option_is_logged_by_a_run_that_resumes(
+    queue_client, queue_name, cassieq_options, caplog
+):
+    """The driver-side reader without Spark (Spark runs it in a process whose log the test
+    cannot see): a run that gets a start offset it did not make says the option is ignored."""
+    queue_client.create_queue(queue_name)
+    queue_client.put_many(queue_name, [b"a"] * 2)
+    opts = {
+        **cassieq_options,
+        "queue": queue_name,
+        "consumerId": f"{queue_name}-g",
+        "startingPosition": "latest",
+    }
+    caplog.set_level(logging.INFO, logger="cassieq_spark.spark.source")
+    fresh = CassieQStreamReader(opts)
+    try:
+        init = fresh.initialOffset()
+        assert (init["from"], init["id"]) == (2, 2)
+        assert fresh.latestOffset(init, ReadAllAvailable()) == init  # nothing after the start
+    finally:
+        fresh.stop()
+    assert "is ignored" not in caplog.text
+    resumed = CassieQStreamReader(opts)  # as a restart from a checkpoint ending at id 0
+    try:
+        end = resumed.latestOffset({**init, "from": 0, "id": 0}, ReadAllAvailable())
+    finally:
+        resumed.stop()
+    assert end["id"] == 2
+    assert "option startingPosition (latest) is ignored" in caplog.text
