@@ -14,6 +14,7 @@ from test_source_stream import Collector, start, wait_for  # tests/integration i
 
 from cassieq_spark.engine.queues import get_queue
 from cassieq_spark.engine.stream import StreamConsumer
+from cassieq_spark.engine.stream_read import read_id_path
 from cassieq_spark.engine.stream_start import StartingPosition
 from cassieq_spark.spark import register
 from cassieq_spark.spark.source import CassieQStreamReader
@@ -177,3 +178,34 @@ def test_the_ignored_option_is_logged_by_a_run_that_resumes(
         resumed.stop()
     assert end["id"] == 2
     assert "option startingPosition (latest) is ignored" in caplog.text
+
+
+def test_engine_pointer_move_over_rows_acked_one_by_one_counts_them_once(queue_client, queue_name):
+    """A stream from id 3 acks 3..5 row by row; an earliest stream later reads 0..8 and moves
+    the pointer over them: 3..5 are not delivered again nor counted twice."""
+    queue_client.create_queue(queue_name, bucket_size=4)
+    queue_client.put_many(queue_name, [b"m"] * 6)
+    info = get_queue(queue_client.conn, queue_name)
+
+    def run_stream(start_at):
+        st = StreamConsumer(queue_client.conn, info, "stream:gap", 5.0)
+        try:
+            first = st.initial(start_at)
+            plan = st.plan(first)
+            assert plan.end is not None
+            batch = st.batch(first, plan.end)
+            st.ack_through(plan.end)
+            return plan.end, batch
+        finally:
+            st.lease.release()
+
+    end, _ = run_stream(StartingPosition("id", 3))
+    assert (end.from_id, end.id) == (3, 6)
+    assert queue_client.stats(queue_name)["reader_pointer"] == 0
+    queue_client.put_many(queue_name, [b"n"] * 3)
+    end, batch = run_stream(None)  # earliest
+    assert (end.from_id, end.id) == (0, 9)
+    rows = read_id_path(queue_client.conn, info, batch.lo, batch.hi, end.ts, batch.excluded)
+    assert [r.id for r, _ in rows] == [0, 1, 2, 6, 7, 8]
+    st = queue_client.stats(queue_name)
+    assert st["reader_pointer"] == 9 and st["acked"] == 9 and st["backlog"] == 0
