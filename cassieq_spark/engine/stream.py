@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 from ..errors import QueueNotFoundError
 from . import monoton, pointers, queues
+from .buckets import split_by_bucket
 from .clock import to_epoch
 from .consumer import record_skipped
 from .lease import ClusterClock, Lease
-from .messages import read_range
 from .queues import QueueInfo
 from .session import Connection
 from .stream_ack import BatchAck
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 LATEST_LOOKAHEAD = 10
 TARGET_POLL_SECONDS = 0.25  # how often to look again at a block being written below the target
 FUTURE_TS_WARN_SECONDS = 60.0
+OLDEST_LOOKUP_ROWS = 16  # rows per bucket the lag's age looks at
 
 __all__ = ["Batch", "Plan", "Position", "StreamConsumer"]
 
@@ -285,11 +286,14 @@ class StreamConsumer:
         message of ``[from_id, to_id)`` has waited: the lag of a stream whose next batch starts
         at ``from_id``. Looks at one bucket's worth of ids at most; None: none found there."""
         hi = min(to_id, from_id + self.queue.bucket_size)
-        if hi <= from_id:
-            return None
-        for row in read_range(self.conn, self.queue, from_id, hi, "id, enqueued_at, acked"):
-            if row.enqueued_at is not None and not row.acked:
-                return max(0, self.clock.now_ms() - int(to_epoch(row.enqueued_at) * 1000))
+        stmt = self.conn.prepare(
+            "SELECT id, enqueued_at, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ? "
+            f"AND id >= ? AND id < ? LIMIT {OLDEST_LOOKUP_ROWS}"
+        )
+        for bucket, blo, bhi in split_by_bucket(from_id, hi, self.queue.bucket_size):
+            for row in self.conn.execute(stmt, (self.queue.queue_id, bucket, blo, bhi)):
+                if row.enqueued_at is not None and not row.acked:
+                    return max(0, self.clock.now_ms() - int(to_epoch(row.enqueued_at) * 1000))
         return None
 
     # -- acking ------------------------------------------------------------------------------

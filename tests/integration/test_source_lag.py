@@ -9,6 +9,8 @@ import time
 import pytest
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
+from cassieq_spark.engine.queues import get_queue
+from cassieq_spark.engine.stream import StreamConsumer
 from cassieq_spark.spark import lag_listener, register
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -51,3 +53,14 @@ def test_lag_per_trigger_in_progress_and_listener(
     latest = first["latestOffset"]
     latest = latest if isinstance(latest, dict) else json.loads(latest)
     assert latest["behind"] == 6 and latest["id"] == 10 and latest["queue"] == queue_name
+
+
+def test_oldest_waiting_age_of_the_engine(queue_client, queue_name):
+    queue_client.create_queue(queue_name, bucket_size=2)
+    put_at = time.time()
+    ids = queue_client.put_many(queue_name, [b"x"] * 3)
+    time.sleep(0.5)
+    st = StreamConsumer(queue_client.conn, get_queue(queue_client.conn, queue_name), "s:a", 5.0)
+    age = st.oldest_waiting_age_ms(ids[1], ids[-1] + 1)
+    assert age is not None and 500 <= age <= (time.time() - put_at) * 1000 + 2000
+    assert st.oldest_waiting_age_ms(ids[-1] + 1, ids[-1] + 1) is None  # nothing waits
