@@ -54,12 +54,11 @@ spark-status:
 	$(PY) -m cassieq_spark.local_spark status --workers $(WORKERS)
 
 test: setup
-	$(PY) -m pytest -m "not soak and not known_race"
+	$(PY) -m pytest -m "not soak"
 
-# The Spark queries and clients through a kill, a pause and a rolling restart on 3 nodes: it
-# exposes two races not fixed yet (docs/cluster.md), so CI does not run it.
+# Only the node-fault tests (3-node cluster and single node), with their progress printed.
 test-cluster-faults: setup
-	$(PY) -m pytest -m known_race -s
+	$(PY) -m pytest -m cluster -s
 
 test-soak: setup
 	$(PY) -m pytest -m soak -s
@@ -69,7 +68,7 @@ test-soak: setup
 FAULT_TESTS := tests/integration/test_reservations.py tests/integration/test_engine_semantics.py \
 	tests/integration/test_engine_concurrency.py tests/integration/test_engine_repair.py \
 	tests/integration/test_sink.py tests/integration/test_source_stream.py \
-	tests/integration/test_source_batch.py tests/integration/test_moves.py \
+	tests/integration/test_source_batch.py tests/integration/test_moves.py tests/integration/test_purge.py \
 	tests/integration/test_batch_receive.py \
 	$(wildcard tests/integration/test_protocol_*.py)
 test-faults: setup

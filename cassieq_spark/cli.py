@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--max", type=int, default=None, metavar="N", help="at most N (default all)")
         s.add_argument("--visibility-timeout", type=float, default=300.0, metavar="S")
 
+    s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
+    s.add_argument("queue")
+
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
@@ -310,6 +313,8 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
     elif cmd in ("redrive", "move"):
         mover = client.redrive if cmd == "redrive" else client.move
         _dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
+    elif cmd == "purge":
+        _dump(client.purge(args.queue).as_dict())
     elif cmd == "repair":
         _dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
     return EXIT_OK

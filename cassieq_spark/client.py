@@ -37,6 +37,8 @@ from .engine.messages import Message, check_headers, to_bytes
 from .engine.moves import MoveReport, move_messages
 from .engine.peek import peek as peek_messages
 from .engine.producer import enqueue
+from .engine.purge import PurgeReport
+from .engine.purge import purge as purge_queue
 from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from .engine.repair import RepairReport, repair_queue
 from .engine.roles import create_app_role
@@ -345,6 +347,11 @@ class QueueClient:
         """Move visible messages of ``queue`` to ``to``, each exactly once (header
         ``cassieq-moved-from`` names the source)."""
         return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
+
+    def purge(self, queue: str) -> PurgeReport:
+        """Drop every message of ``queue`` written so far; producers may keep writing: nothing
+        written after the purge starts is lost (docs/operations.md)."""
+        return purge_queue(self.conn, self._queue(queue))
 
     def _move(
         self, source: str, to: str, max_messages: int | None, vt: float, *, redrive: bool

@@ -23,6 +23,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import deque
 
 from ..errors import QueueBusyError
 from . import faults, pointers
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # Reads of Cassandra's clock are spaced at least this far apart (per process and clock).
 CLOCK_REFRESH_SECONDS = 1.0
+# A renewal that did not apply while the lease is still this run's is sent again this often.
+RENEW_ATTEMPTS = 5
+RENEWALS_REMEMBERED = 32
 
 
 class ClusterClock:
@@ -89,6 +93,9 @@ class Lease:
         self.timeout = timeout
         self.clock = clock
         self.token: dt.datetime | None = None  # lease_until as last written by this run
+        # Every lease_until this run sent in a renewal: one whose reply was lost, or that a
+        # later Paxos round completed after the settle read said "not applied", is still ours.
+        self._sent: deque[dt.datetime] = deque(maxlen=RENEWALS_REMEMBERED)
         self.lost: pointers.Pointers | None = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -147,6 +154,23 @@ class Lease:
     def _is_mine(self, p: pointers.Pointers, until: dt.datetime) -> bool:
         return p.lease_owner == self.owner and p.lease_token == until
 
+    def _holds(self, p: pointers.Pointers) -> bool:
+        """The row still shows this run: our owner with the token we hold, or with a token one
+        of our renewals wrote although we were told (or settled) that it had not applied."""
+        if p.lease_owner != self.owner or p.lease_token is None:
+            return False
+        return p.lease_token == self.token or p.lease_token in self._sent
+
+    def _adopt(self, p: pointers.Pointers, why: str) -> None:
+        if p.lease_token != self.token:
+            log.info(
+                "queue %s: %s, but the lease is still this run's (a renewal of ours applied "
+                "late); carrying on with it",
+                self.queue.name,
+                why,
+            )
+            self.token = p.lease_token
+
     def renew(self) -> None:
         """Extend the lease now; QueueBusyError when this run no longer holds it. Also the
         fence before writes that are not compare-and-sets of their own."""
@@ -155,12 +179,24 @@ class Lease:
                 raise self.busy(self.lost)
             if self.token is None:
                 raise RuntimeError("renew() before the lease was taken")
-            now = self.clock.now()
-            until = pointers.lease_time(now + self.timeout)
-            faults.point("lease.before_renew", lease=self)
-            if not pointers.renew_lease(self.conn, self.queue, self.owner, self.token, until):
+            first = self.token
+            for _ in range(RENEW_ATTEMPTS):
+                now = self.clock.now()
+                until = pointers.lease_time(now + self.timeout)
+                self._sent.append(until)
+                faults.point("lease.before_renew", lease=self, until=until)
+                if pointers.renew_lease(self.conn, self.queue, self.owner, self.token, until):
+                    break
+                # Not applied: either another run took the lease, or the condition met a token
+                # of ours it did not expect (a renewal whose outcome was unknown applied after
+                # all, as a later Paxos round completed it). Only the first loses the lease.
+                seen = pointers.read(self.conn, self.queue)
+                if not self._holds(seen):
+                    self._lose(seen)
+                self._adopt(seen, "a renewal did not apply")
+            else:
                 self._lose(pointers.read(self.conn, self.queue))
-            lapsed = now - to_epoch(self.token)
+            lapsed = now - to_epoch(first)
             if lapsed > 0:
                 log.warning(
                     "queue %s: the consumer lease had lapsed for %.1f s before this renewal "
@@ -178,12 +214,17 @@ class Lease:
                 raise self.busy(self.lost)
             if self.token is None:
                 raise RuntimeError("advance() before the lease was taken")
-            moved, seen = pointers.advance_fenced(
-                self.conn, self.queue, pointer, to, self.owner, self.token
-            )
-            if not moved and seen is not None and not self._is_mine(seen, self.token):
-                self._lose(seen)
-            return moved
+            for _ in range(RENEW_ATTEMPTS):
+                moved, seen = pointers.advance_fenced(
+                    self.conn, self.queue, pointer, to, self.owner, self.token
+                )
+                if moved or seen is None or self._is_mine(seen, self.token):
+                    return moved
+                if not self._holds(seen):
+                    self._lose(seen)
+                self._adopt(seen, f"moving the {pointer} pointer met another token")
+            self._lose(pointers.read(self.conn, self.queue))
+            return False
 
     def _lose(self, seen: pointers.Pointers) -> None:
         self.lost = seen

@@ -39,6 +39,7 @@ OPEN_TTL = 14 * 24 * 3600  # an open reservation outlives any repair timeout
 # writer and the coordinator that stamped its reservation.
 CLOSE_STAMP_AHEAD = 300.0
 MAX_ATTEMPTS = 200
+KEY_CLAIM_ATTEMPTS = 5
 
 _last_next: dict = {}  # queue_id -> the counter after this process's last reservation
 
@@ -331,16 +332,24 @@ def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> R
     if found is not None:
         return found
     res = reserve(conn, queue, count, owner_hint=key[:40])
-    claim = conn.cas(
-        "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) IF NOT EXISTS",
-        (queue.queue_id, key, res.lo, res.hi),
-        read="SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
-        read_params=(queue.queue_id, key),
-        applied=lambda row: row is not None and row.lo == res.lo,
-    )
-    row = claim.one()
-    if claim.was_applied or (row is not None and getattr(row, "lo", None) == res.lo):
-        return Reservation(res.lo, res.hi, res.owner, key=key, reserved_at=res.reserved_at)
+    for _ in range(KEY_CLAIM_ATTEMPTS):
+        claim = conn.cas(
+            "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) "
+            "IF NOT EXISTS",
+            (queue.queue_id, key, res.lo, res.hi),
+            read="SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
+            read_params=(queue.queue_id, key),
+            applied=lambda row: row is not None and row.lo == res.lo,
+        )
+        row = claim.one()
+        if claim.was_applied or (row is not None and getattr(row, "lo", None) == res.lo):
+            return Reservation(res.lo, res.hi, res.owner, key=key, reserved_at=res.reserved_at)
+        if row is not None:
+            break
+        # Not applied and no key row: the claim timed out and the SERIAL read that settled it
+        # found the key free (a frozen replica in a 3-node run showed it). Nobody holds the
+        # key, so claim it again; a late completion of the first claim is ours (same lo).
+        log.info("reservation key %s: the claim did not apply and the key is free; again", key)
     # Another attempt of the same task got there first: use its block, give ours back.
     close(conn, queue, res).result()
     if row is not None and getattr(row, "lo", None) is not None:

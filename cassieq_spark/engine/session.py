@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostAvailable)
 EXEC_PROFILE_SERIAL = "serial"
 SERIAL_READ_ATTEMPTS = 5
+SERIAL_READ_BUDGET = 60.0  # seconds; a restarting replica can hold Paxos rounds up for tens
 SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare when all is well
 # The driver's default waits up to 10 minutes between attempts to reach a node that went down,
 # so a restarted single node (or a whole cluster back from an outage) would stay unused for
@@ -285,22 +286,39 @@ class Connection:
 
     def read_serial(self, cql: str, params: tuple | list = ()):
         """One row read at the serial level: completes any compare-and-set in progress on it,
-        so what it returns is final. Retried a few times, as it follows a timeout."""
+        so what it returns is final. It follows an unknown outcome, and raising now would
+        leave the caller not knowing whether its write applied: while the cluster answers but
+        slowly (a frozen or restarting replica holds up the Paxos round this read must finish)
+        it is retried for up to ``SERIAL_READ_BUDGET`` seconds; when no node or no quorum
+        answers at all, after ``SERIAL_READ_ATTEMPTS`` quick tries."""
+        deadline = time.monotonic() + SERIAL_READ_BUDGET
         delay = 0.05
-        for attempt in range(SERIAL_READ_ATTEMPTS):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
+                if faults.state.active and faults.take(cql) == faults.TIMEOUT_BEFORE:
+                    raise faults.injected_timeout(cql)
                 return self.session.execute(
                     self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
                 ).one()
             except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME) as exc:
-                if attempt == SERIAL_READ_ATTEMPTS - 1:
+                unreachable = isinstance(exc, (NoHostAvailable, Unavailable))
+                if (unreachable and attempt >= SERIAL_READ_ATTEMPTS) or (
+                    time.monotonic() + delay > deadline
+                ):
                     if isinstance(exc, NoHostAvailable):
                         raise self.unavailable(exc) from exc
                     raise
-                log.warning("serial read timed out; retrying in %.2f s", delay, exc_info=True)
+                log.warning(
+                    "serial read settling a compare-and-set failed (attempt %d: %s); "
+                    "retrying in %.2f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
                 time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+                delay = min(delay * 2, 2.0)
 
     def cas(
         self,
@@ -322,7 +340,9 @@ class Connection:
             rs = self.execute(cql, params)
         except Unavailable:
             raise
-        except UNKNOWN_OUTCOME as exc:
+        except (ReadTimeout, *UNKNOWN_OUTCOME) as exc:
+            # ReadTimeout: the round timed out reading the current values (before or after a
+            # proposal, the coordinator does not say); reading at SERIAL settles it either way.
             row = self.read_serial(read, read_params)
             ok = bool(applied(row))
             log.info(

@@ -36,12 +36,15 @@ from dataclasses import dataclass
 
 from ..errors import QueueNotFoundError
 from . import monoton, pointers, queues
+from .buckets import split_by_bucket
+from .clock import to_epoch
 from .consumer import record_skipped
 from .lease import ClusterClock, Lease
 from .queues import QueueInfo
 from .session import Connection
 from .stream_ack import BatchAck
 from .stream_read import skipped_overlapping, timer_scan_start
+from .stream_start import StartingPosition, first_id
 from .stream_timers import TimerCandidates
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ log = logging.getLogger(__name__)
 LATEST_LOOKAHEAD = 10
 TARGET_POLL_SECONDS = 0.25  # how often to look again at a block being written below the target
 FUTURE_TS_WARN_SECONDS = 60.0
+OLDEST_LOOKUP_ROWS = 16  # rows per bucket the lag's age looks at
 
 __all__ = ["Batch", "Plan", "Position", "StreamConsumer"]
 
@@ -78,6 +82,7 @@ class Plan:
 
     end: Position | None
     latest: Position
+    due: int = 0  # messages of the timer path due in this batch
 
 
 @dataclass(frozen=True)
@@ -139,12 +144,25 @@ class StreamConsumer:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def initial(self) -> Position:
-        """Where a new stream starts: the id path at the reader pointer, the timer path at the
-        invisibility pointer (acking this position, which delivered nothing, scans no slot)."""
+    def initial(self, start: StartingPosition | None = None) -> Position:
+        """Where a new stream starts: the id path at the reader pointer (or at ``start``, see
+        ``stream_start.py``), the timer path at the invisibility pointer (acking this
+        position, which delivered nothing, scans no slot)."""
         self.lease.ensure()
         p = self.pointers()
-        return Position(p.reader, p.reader, max(-1, p.timer_slot * 1000 - 1))
+        first = p.reader if start is None else first_id(self.conn, self.queue, start, p.reader)
+        if first > p.reader:
+            log.info(
+                "queue %s: the stream starts at id %d (startingPosition %s); ids %d..%d stay "
+                "in the queue, and its batches are acked message by message while the reader "
+                "pointer is below them",
+                self.queue.name,
+                first,
+                start.describe() if start else "earliest",
+                p.reader,
+                first - 1,
+            )
+        return Position(first, first, max(-1, p.timer_slot * 1000 - 1))
 
     def fix_target(self) -> Position:
         """Make this run end at everything reserved by now, including blocks still being
@@ -185,7 +203,7 @@ class StreamConsumer:
             time.sleep(TARGET_POLL_SECONDS)
         end = Position(from_id, end_id, end_ts)
         self._planned = (start, end, due)
-        return Plan(end, latest)
+        return Plan(end, latest, len(due))
 
     def _warn_future(self, start_ts: int) -> None:
         ahead = (start_ts - self.clock.now_ms()) / 1000
@@ -263,6 +281,21 @@ class StreamConsumer:
                 timer_excluded = self.excluded(ids[0], ids[-1] + 1)
         return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded))
 
+    def oldest_waiting_age_ms(self, from_id: int, to_id: int) -> int | None:
+        """How long (ms, Cassandra's clock against the writer's ``enqueued_at``) the first
+        message of ``[from_id, to_id)`` has waited: the lag of a stream whose next batch starts
+        at ``from_id``. Looks at one bucket's worth of ids at most; None: none found there."""
+        hi = min(to_id, from_id + self.queue.bucket_size)
+        stmt = self.conn.prepare(
+            "SELECT id, enqueued_at, acked FROM {ks}.messages WHERE queue_id = ? AND bucket = ? "
+            f"AND id >= ? AND id < ? LIMIT {OLDEST_LOOKUP_ROWS}"
+        )
+        for bucket, blo, bhi in split_by_bucket(from_id, hi, self.queue.bucket_size):
+            for row in self.conn.execute(stmt, (self.queue.queue_id, bucket, blo, bhi)):
+                if row.enqueued_at is not None and not row.acked:
+                    return max(0, self.clock.now_ms() - int(to_epoch(row.enqueued_at) * 1000))
+        return None
+
     # -- acking ------------------------------------------------------------------------------
 
     def ack_through(self, end: Position) -> None:
@@ -271,5 +304,5 @@ class StreamConsumer:
         if self._acked is not None and self._acked.covers(end):
             return
         self.lease.ensure()
-        self._acks.ack(end.id, end.ts, self._scan_from.get((end.id, end.ts)))
+        self._acks.ack(end.id, end.ts, self._scan_from.get((end.id, end.ts)), end.from_id)
         self._acked = end if self._acked is None or end.covers(self._acked) else self._acked

@@ -12,6 +12,12 @@ Cassandra's clock) was written before the batch's time, which comes from Cassand
 then the reader saw that very state. A row a client changed since is not acked; it comes again
 (at least once), never lost.
 
+**A stream that started above the reader pointer** (``stream_start.py``: ``latest``, an id,
+a time) must not move the pointer over the messages below its start, which it never
+delivered. While the pointer lies below a batch's id path ``[from, end)``, the ack marks each
+message that path delivered ``acked = true`` instead (a plain write each, no Paxos) and leaves
+the pointer alone; clients move it over acked rows by themselves later.
+
 Every write here is fenced by the consumer lease (``lease.py``): the pointer moves are
 compare-and-sets conditioned on it, and the lease is renewed right before the plain writes.
 """
@@ -27,12 +33,14 @@ from .buckets import bucket_of, split_by_bucket
 from .clock import TIMER_SETTLE_SLOTS, from_epoch
 from .counters import Counters
 from .lease import Lease
+from .messages import read_range
 from .queues import QueueInfo
 from .session import Connection
 from .stream_read import (
     READ_WINDOW,
     STATE_COLUMNS,
     due_ms,
+    id_path_delivers,
     skipped_overlapping,
     slot_of,
     timer_path_delivers,
@@ -51,10 +59,15 @@ SCANS_IN_FLIGHT = 8
 
 _RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket IN ? AND id >= ? AND id < ?"
 _COUNT = "SELECT COUNT(*) AS n " + _RANGE
-# Rows that are not plain: delivered to a client (a version) or delayed (visible_at). The
-# filter runs inside one partition slice, on the replicas.
+# Rows that are not plain: delivered to a client (a version) or delayed (visible_at), or
+# acked already (a stream that started above the reader pointer acks one by one; such rows are
+# not counted again). The filter runs inside one partition slice, on the replicas.
 _SPECIAL = "SELECT " + STATE_COLUMNS + " " + _RANGE + " AND %s ALLOW FILTERING"
-_NOT_PLAIN = (("version > 0", ()), ("visible_at > ?", (from_epoch(0),)))
+_NOT_PLAIN = (
+    ("version > 0", ()),
+    ("visible_at > ?", (from_epoch(0),)),
+    ("acked = ?", (True,)),
+)
 
 
 def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -104,17 +117,28 @@ class BatchAck:
         self.lease = lease
         self.candidates = candidates
 
-    def ack(self, end_id: int, end_ts: int, scan_from: int | None = None) -> int:
+    def ack(
+        self, end_id: int, end_ts: int, scan_from: int | None = None, from_id: int | None = None
+    ) -> int:
         """Ack what the committed batch ending at ``(end_id, end_ts)`` delivered. Idempotent.
 
         ``scan_from``: the first timer slot its timer path looked at, when known (else the
-        invisibility pointer, which the previous ack left there). Returns how many were acked.
+        invisibility pointer, which the previous ack left there). ``from_id``: where the
+        batch's id path started; a reader pointer below it is not moved (the ids between are
+        not this stream's). Returns how many were acked.
         """
         p = pointers.read(self.conn, self.queue)
         prev = p.reader
-        plain, to_mark = self._id_path_acks(prev, end_id, end_ts)
+        lo = prev if from_id is None else from_id  # where the batch's id path started
+        own = prev >= lo  # may the pointer move over [prev, end_id)?
+        if own:
+            plain, to_mark = self._id_path_acks(prev, end_id, end_ts)
+            below = min(prev, end_id)
+        else:
+            plain, to_mark = 0, self._delivered_in(min(lo, end_id), end_id, end_ts)
+            below = min(lo, end_id)
         lo_slot = p.timer_slot if scan_from is None else scan_from
-        rows = list(self.candidates.rows(min(prev, end_id), lo_slot, slot_of(end_ts)))
+        rows = list(self.candidates.rows(below, lo_slot, slot_of(end_ts)))
         if rows:
             excluded = skipped_overlapping(
                 self.conn,
@@ -134,7 +158,7 @@ class BatchAck:
             self.lease.renew()  # the fence for the plain writes below
             self._mark_acked(sorted(to_mark))
             self.candidates.finished(to_mark)
-        moved = end_id > prev and self.lease.advance("reader", end_id)
+        moved = own and end_id > prev and self.lease.advance("reader", end_id)
         acked = len(to_mark) + (plain if moved else 0)
         Counters(self.conn).add(self.queue, "acked", acked)
         # Clients resume the timer path here; the stream's next batch looks back as far.
@@ -148,7 +172,7 @@ class BatchAck:
             end_ts,
             acked,
             prev,
-            max(prev, end_id),
+            max(prev, end_id) if own else prev,
         )
         return acked
 
@@ -184,6 +208,18 @@ class BatchAck:
             if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
                 to_mark[row.id] = slot_of(due_ms(row))
         return plain, to_mark
+
+    def _delivered_in(self, lo: int, hi: int, end_ts: int) -> dict[int, int]:
+        """Every message the id path ``[lo, hi)`` of a batch at ``end_ts`` delivered (id ->
+        timer slot), plain ones included: the ack of a stream that may not move the pointer."""
+        out: dict[int, int] = {}
+        if hi <= lo:
+            return out
+        excluded = skipped_overlapping(self.conn, self.queue, lo, hi)
+        for row in read_range(self.conn, self.queue, lo, hi, STATE_COLUMNS):
+            if id_path_delivers(row, end_ts, excluded) and unchanged_since(row, end_ts):
+                out[row.id] = slot_of(due_ms(row))
+        return out
 
     def _mark_acked(self, ids: Sequence[int]) -> None:
         stmt = self.conn.prepare(

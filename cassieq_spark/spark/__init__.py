@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .lag import CassieQLagListener, QueueLag, lag_listener
 from .provider import CassieQDataSource
 
 HIDE_TRACEBACK_CONF = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
@@ -22,4 +23,11 @@ def register(spark: Any, short_errors: bool = False) -> None:
         spark.conf.set(HIDE_TRACEBACK_CONF, "true")
 
 
-__all__ = ["HIDE_TRACEBACK_CONF", "CassieQDataSource", "register"]
+__all__ = [
+    "HIDE_TRACEBACK_CONF",
+    "CassieQDataSource",
+    "CassieQLagListener",
+    "QueueLag",
+    "lag_listener",
+    "register",
+]

@@ -21,7 +21,9 @@ from ..engine import monoton, queues, schema
 from ..engine.buckets import DEFAULT_BUCKET_SIZE
 from ..engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
 from ..engine.session import Connection
+from ..engine.stream_start import StartingPosition
 from ..errors import ConfigError, QueueNotFoundError
+from . import source_checks
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,9 @@ SOURCE_OPTIONS: dict[str, str] = {
     "minidsperpartition": "minIdsPerPartition",
     "leasetimeout": "leaseTimeout",
     "consumerid": "consumerId",
+    "startingposition": "startingPosition",
+    "minmessagespertrigger": "minMessagesPerTrigger",
+    "maxtriggerdelay": "maxTriggerDelay",
 }
 
 WRITER_TYPES = ("arrow", "rows")
@@ -267,6 +272,11 @@ class SourceSettings:
     min_ids_per_partition: int | None
     lease_timeout: float
     consumer_id: str | None
+    # where a query without a checkpoint starts; None: not given (earliest)
+    starting_position: StartingPosition | None = None
+    # pacing: no batch below this many messages, unless max_trigger_delay (s) has passed
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -292,14 +302,26 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
                 f"option 'consumerId' must be 1-100 characters from letters, digits, '_', '-', "
                 f"'.', ':', got {consumer_id!r}"
             )
+    max_messages = parsed.int_option("maxMessagesPerTrigger", None, 1)
+    min_messages = parsed.int_option("minMessagesPerTrigger", None, 1)
+    source_checks.check_pacing(min_messages, max_messages, "maxtriggerdelay" in raw)
     return SourceSettings(
         common=parsed.common,
         connection=connection,
-        max_messages_per_trigger=parsed.int_option("maxMessagesPerTrigger", None, 1),
+        max_messages_per_trigger=max_messages,
         max_ids_per_partition=max_ids,
         min_ids_per_partition=min_ids,
         lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
         consumer_id=consumer_id,
+        starting_position=(
+            source_checks.starting_position(raw["startingposition"])
+            if "startingposition" in raw
+            else None
+        ),
+        min_messages_per_trigger=min_messages,
+        max_trigger_delay=source_checks.duration(
+            raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
+        ),
     )
 
 

@@ -26,6 +26,7 @@ batches; it holds no queue logic of its own. What maps onto what:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -43,7 +44,7 @@ from pyspark.sql.types import StructType
 from ..engine import snapshot
 from ..engine.queues import QueueInfo
 from ..engine.session import shared_connection
-from ..engine.stream import Position, StreamConsumer
+from ..engine.stream import Plan, Position, StreamConsumer
 from ..errors import ConfigError, QueueNotFoundError
 from .offset import SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
@@ -59,6 +60,10 @@ from .partition import (
 from .partition_reader import read_partition
 
 log = logging.getLogger(__name__)
+
+# A read limit that caps nothing (a ReadMaxRows that is not ReadAllAvailable: see
+# getDefaultReadLimit).
+NO_ROW_CAP = 2**62
 
 
 class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -80,6 +85,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"stream:{(self.settings and self.settings.consumer_id) or uuid.uuid4().hex[:12]}"
         )
         self._latest: dict | None = None
+        self._initial: dict | None = None  # what initialOffset returned in this run
+        self._first_plan = True
+        self._last_batch_at = time.monotonic()  # pacing: the run's start, then the last batch
         self._reset_live()
 
     def _reset_live(self) -> None:
@@ -138,12 +146,22 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         self._raise_init_error()
         _, st = self._connect()
-        return self._make(st.initial()).to_dict()
+        self._initial = self._make(st.initial(self.settings.starting_position)).to_dict()
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         self._raise_init_error()
         n = self.settings.max_messages_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        if n:
+            return ReadMaxRows(n)
+        # With only a minimum, a limit that is not ReadAllAvailable tells the triggers that
+        # pace (processingTime, the default) from Trigger.Once, which Spark passes
+        # ReadAllAvailable to (as Kafka, Once ignores the minimum).
+        return (
+            ReadMaxRows(NO_ROW_CAP)
+            if self.settings.min_messages_per_trigger
+            else ReadAllAvailable()
+        )
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._raise_init_error()
@@ -157,17 +175,66 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._raise_init_error()
         s = self._offset(start)
-        _, st = self._connect()
+        queue, st = self._connect()
         self._check_alive(s)
+        if self._first_plan:
+            self._first_plan = False
+            if self.settings.starting_position is not None and start != self._initial:
+                log.info(
+                    "queue %s: option startingPosition (%s) is ignored: the checkpoint already "
+                    "has offsets, the query resumes at id %d",
+                    queue.name,
+                    self.settings.starting_position.describe(),
+                    s.id,
+                )
         # Spark calls this for batch N+1 only after batch N's commit log: everything below
         # `start` is committed, so the ack the engine's planning does first can never
         # precede Spark's commit.
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if max_rows is not None and max_rows >= NO_ROW_CAP:
+            max_rows = None
         plan = st.plan(self._position(s), max_rows)
-        self._latest = self._make(plan.latest).to_dict()
-        if plan.end is None:
-            return s.to_dict()  # nothing new: Spark runs no batch
-        return self._make(plan.end).to_dict()
+        end = s if plan.end is None or self._hold_back(limit, plan) else self._make(plan.end)
+        self._latest = self._with_lag(plan, end)
+        if end is s:
+            return s.to_dict()  # nothing new (or not enough yet): Spark runs no batch
+        self._last_batch_at = time.monotonic()
+        return end.to_dict()
+
+    def _with_lag(self, plan: Plan, end: SourceOffset) -> dict:
+        """The latest offset as reported in the query's progress (``sources[].latestOffset``),
+        with the lag after the batch ending at ``end``: ``behind`` (ids of the id path not in
+        a batch yet) and ``oldestAgeMs`` (how long the first of them has waited; null when
+        none does). Spark only shows it: it is never a batch's offset."""
+        _, st = self._connect()
+        first = max(end.id, plan.latest.from_id)
+        behind = max(0, plan.latest.id - first)
+        age = st.oldest_waiting_age_ms(first, plan.latest.id) if behind else None
+        return {**self._make(plan.latest).to_dict(), "behind": behind, "oldestAgeMs": age}
+
+    def _hold_back(self, limit: ReadLimit, plan: Plan) -> bool:
+        """``minMessagesPerTrigger``: no batch until that many messages are there, unless
+        ``maxTriggerDelay`` has passed since the last batch (or the run's start). Not for
+        Trigger.Once (ReadAllAvailable) nor AvailableNow (a run with a target), as Kafka's."""
+        wanted = self.settings.min_messages_per_trigger
+        _, st = self._connect()
+        if wanted is None or isinstance(limit, ReadAllAvailable) or st.target is not None:
+            return False
+        assert plan.end is not None
+        available = plan.latest.id - plan.end.from_id + plan.due
+        waited = time.monotonic() - self._last_batch_at
+        if available >= wanted or waited >= self.settings.max_trigger_delay:
+            return False
+        log.debug(
+            "queue %s: %d messages available, minMessagesPerTrigger %d: no batch yet "
+            "(%.1f s of maxTriggerDelay %.1f s waited)",
+            st.queue.name,
+            available,
+            wanted,
+            waited,
+            self.settings.max_trigger_delay,
+        )
+        return True
 
     # -- planning ------------------------------------------------------------------------------------
 

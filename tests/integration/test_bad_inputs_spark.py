@@ -152,6 +152,10 @@ SPARK = [
     ("S51x", lambda s, o, t: _write(_values(s), o, queue=P + "vt", createQueue="true", visibilityTimeout="1e300"), E + r"ConfigError: invalid queue setting for createQueue: visibility timeout must be at most 43200 seconds"),
     ("S52x", lambda s, o, t: _write(_values(s), o, queue=P + "ttl", createQueue="true", messageTtl="true"), E + r"ConfigError: option 'messageTtl' must be an integer, got 'true'"),
     ("S53x", lambda s, o, t: _write(_values(s), o, connectTimeout="0"), E + r"ConfigError: connectTimeout must be > 0 seconds, got 0"),
+    # issue 16: start position and pacing
+    ("S54x", lambda s, o, t: _load(s, o, startingPosition="newest"), E + r"ConfigError: option 'startingPosition' must be earliest, latest, \{\"id\": N\} .* got 'newest'"),
+    ("S55x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="10", maxMessagesPerTrigger="5"), E + r"ConfigError: option 'minMessagesPerTrigger' \(10\) must not exceed 'maxMessagesPerTrigger' \(5\)"),
+    ("S56x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="2", maxTriggerDelay="soon"), E + r"ConfigError: option 'maxTriggerDelay' must be a duration such as '15s'"),
 ]
 # fmt: on
 

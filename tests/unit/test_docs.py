@@ -71,7 +71,7 @@ def test_every_command_line_in_the_docs_parses(program: str, parser) -> None:
 def test_a_command_the_cli_does_not_have_is_caught() -> None:
     p = cassieq_parser()
     assert _refusal(p, ["stats", "q", "--wacth"]) is not None
-    assert _refusal(p, ["purge", "q"]) is not None
+    assert _refusal(p, ["truncate", "q"]) is not None
     assert _refusal(p, ["stats", "q", "--watch", "--count", "3"]) is None
 
 

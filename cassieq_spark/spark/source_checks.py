@@ -1,0 +1,86 @@
+"""Checking the source options that need more than a number: ``startingPosition`` and
+``maxTriggerDelay`` (called from ``options.parse_source_settings``, the one place options are
+checked). Each error names the option, what it got and what is allowed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..engine.stream_start import AT_ID, AT_TIMESTAMP, EARLIEST, LATEST, StartingPosition
+from ..errors import ConfigError
+
+DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds, as Kafka's maxTriggerDelay
+
+_STARTING_HELP = (
+    "option 'startingPosition' must be earliest, latest, "
+    '{"id": N} (N an id >= 0) or {"timestamp": T} (T epoch milliseconds >= 0)'
+)
+_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+def starting_position(raw: str | None) -> StartingPosition:
+    """``earliest`` (None too), ``latest``, ``{"id": N}`` or ``{"timestamp": T}``."""
+    if raw is None:
+        return StartingPosition(EARLIEST)
+    text = str(raw).strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return StartingPosition(text.lower())
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{_STARTING_HELP}; got {raw!r}") from None
+    if not isinstance(parsed, dict) or len(parsed) != 1:
+        raise ConfigError(f"{_STARTING_HELP}; got {raw!r}")
+    ((key, value),) = parsed.items()
+    if key not in (AT_ID, AT_TIMESTAMP) or not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{_STARTING_HELP}; got {raw!r}")
+    if value < 0:
+        raise ConfigError(f"{_STARTING_HELP}; got {raw!r} (negative)")
+    return StartingPosition(key, value)
+
+
+def duration(raw: str | None, label: str, default: float) -> float:
+    """Seconds from ``'15s'``, ``'500ms'``, ``'2 minutes'``, ``'1h'`` or a plain number of
+    seconds; must be > 0."""
+    if raw is None:
+        return default
+    m = _DURATION.match(str(raw).lower())
+    if m is None or m.group(2) not in ("", *_UNITS):
+        raise ConfigError(
+            f"option {label!r} must be a duration such as '15s', '500ms', '5m' or '1h' (a plain "
+            f"number means seconds); got {raw!r}"
+        )
+    seconds = float(m.group(1)) * _UNITS.get(m.group(2), 1.0)
+    if seconds <= 0:
+        raise ConfigError(f"option {label!r} must be longer than 0, got {raw!r}")
+    return seconds
+
+
+def check_pacing(min_messages: int | None, max_messages: int | None, delay_given: bool) -> None:
+    """``minMessagesPerTrigger`` must not exceed ``maxMessagesPerTrigger``, and
+    ``maxTriggerDelay`` means nothing without it."""
+    if min_messages is not None and max_messages is not None and min_messages > max_messages:
+        raise ConfigError(
+            f"option 'minMessagesPerTrigger' ({min_messages}) must not exceed "
+            f"'maxMessagesPerTrigger' ({max_messages})"
+        )
+    if delay_given and min_messages is None:
+        raise ConfigError(
+            "option 'maxTriggerDelay' only applies with 'minMessagesPerTrigger' (how long a "
+            "trigger may wait for that many messages); set both or neither"
+        )
