@@ -230,6 +230,13 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
             runner.suite("flatness_client", lambda: flatness.run_client(cfg))
     finally:
         runner.stop()
+    if wanted("scc"):
+        from . import scc_suite
+
+        # Its own Spark 3.5 JVM (a subprocess in the side virtualenv): after the shared session
+        # stopped, so the two JVMs do not share the cores. Skipped with the reason when the side
+        # environment cannot be built.
+        runner.suite("scc", lambda: scc_suite.run(cfg))
     if wanted("scale") and (only is not None or not cfg.quick):
         from . import scale
 
