@@ -1,7 +1,7 @@
 """Suite ``scc``: the Spark Cassandra Connector as a same-run baseline for the sink and the source.
 
 The connector has no release for Spark 4; its newest, 3.5.1 (Scala 2.12), runs on Spark 3.5. So
-the suite builds a side environment and caches it under ``bench/.scc-cache/`` (git-ignored):
+the suite builds a side environment and caches it under ``.cassandra/bench-scc/`` (git-ignored):
 
 - ``venv/``: ``python3 -m venv`` + ``pip install 'pyspark==3.5.*'`` (PySpark 3.5 supports
   Python 3.8-3.11; the first of ``python3``, ``python3.11``, ``python3.10``, ... in that range);
@@ -34,7 +34,9 @@ log = logging.getLogger("bench.scc")
 SCC_DIR = ROOT / "bench" / "scc"
 POM = SCC_DIR / "pom.xml"
 JOB = SCC_DIR / "scc_job.py"
-CACHE = ROOT / "bench" / ".scc-cache"
+# Not under bench/: the unit tests walk bench/ for modules; .cassandra/ is git-ignored and
+# `make clean` removes it, beside check_connector's .cassandra/bench-jars.
+CACHE = ROOT / ".cassandra" / "bench-scc"
 VENV = CACHE / "venv"
 JARS = CACHE / "jars"
 PYSPARK_SPEC = "pyspark==3.5.*"
@@ -85,7 +87,7 @@ def find_python() -> str:
 
 
 def ensure_venv() -> dict:
-    """``bench/.scc-cache/venv`` with PySpark 3.5; built once, then reused."""
+    """``.cassandra/bench-scc/venv`` with PySpark 3.5; built once, then reused."""
     stamp = VENV / ".installed"
     py = VENV / "bin" / "python"
     if stamp.is_file() and stamp.read_text() == PYSPARK_SPEC and py.exists():
@@ -104,7 +106,7 @@ def ensure_venv() -> dict:
 
 
 def ensure_jars() -> dict:
-    """``bench/.scc-cache/jars``: the connector and its dependencies, via ``bench/scc/pom.xml``."""
+    """``.cassandra/bench-scc/jars``: the connector and its dependencies, via ``bench/scc/pom.xml``."""
     digest = hashlib.sha256(POM.read_bytes()).hexdigest()
     stamp = JARS / ".resolved"
     if stamp.is_file() and stamp.read_text() == digest and any(JARS.glob("*.jar")):

@@ -1,6 +1,6 @@
 """The Spark Cassandra Connector side of the bench's ``scc`` suite; runs under PySpark 3.5.
 
-Started by ``bench/scc_suite.py`` with the side virtualenv's Python (bench/.scc-cache/venv), never
+Started by ``bench/scc_suite.py`` with the side virtualenv's Python (.cassandra/bench-scc/venv), never
 imported by the bench itself. In ``local[2]`` it writes the sink suite's rows (``id``,
 ``bucket = id // 1000``, ``value`` of 100 B / 1 KiB, from a parquet input of one file per task
 slot) into plain tables ``(bucket int, id bigint, value blob, PRIMARY KEY (bucket, id))`` that
