@@ -126,6 +126,19 @@ def markdown(results: dict) -> list[str]:
         f"partitions: {scc['sizes'].get('100', {}).get('read_partitions')}.",
         "",
     ]
+    loads = [
+        f"{name} {e['load_average'][0]:.1f}-{e['load_average'][1]:.1f}"
+        for name, e in results["suites"].items()
+        if name in ("sink", "source", "scc") and e.get("load_average")
+    ]
+    if loads:
+        lines += [
+            "Not interleaved with the sink and source suites (its own Spark 3.5 JVM, after the "
+            "shared session stopped); 1-minute load average at start-end of each: "
+            + ", ".join(loads)
+            + ".",
+            "",
+        ]
     cmp = comparison(results)
 
     def fmt(p: dict | None, goal: float) -> str:

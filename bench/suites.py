@@ -149,6 +149,7 @@ class Runner:
     def suite(self, name: str, fn, *, needs_spark: bool = False, memory: bool = False):
         entry: dict = {}
         t0 = time.perf_counter()
+        load_start = os.getloadavg()[0]
         log.info("== suite %s", name)
         sampler = None
         try:
@@ -177,6 +178,9 @@ class Runner:
                 sampler.__exit__(None, None, None)
                 entry["memory"] = sampler.report()
         entry["seconds"] = round(time.perf_counter() - t0, 1)
+        # 1-minute load average around the suite: suites measured apart (sink, source, scc) are
+        # compared in the report, and on a shared machine the load between them drifts.
+        entry["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         self.results["suites"][name] = entry
         return entry
 
