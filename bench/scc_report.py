@@ -121,8 +121,8 @@ def markdown(results: dict) -> list[str]:
         "(bucket int, id bigint, value blob, PRIMARY KEY (bucket, id)); tuned = "
         + ", ".join(f"{k}={v}" for k, v in scc["tuned_settings"].items())
         + f". Side environment: virtualenv {env.get('venv')} ({env.get('venv_seconds')} s), "
-        f"jars {env.get('jars')} ({env.get('jars_seconds')} s); the job took "
-        f"{scc['job_seconds']} s (its Spark session {scc['session_seconds']} s). Read "
+        f"jars {env.get('jars')} ({env.get('jars_seconds')} s); the job was up and warm in "
+        f"{scc['start_seconds']} s (its Spark session {scc['session_seconds']} s). Read "
         f"partitions: {scc['sizes'].get('100', {}).get('read_partitions')}.",
         "",
     ]
@@ -131,14 +131,20 @@ def markdown(results: dict) -> list[str]:
         for name, e in results["suites"].items()
         if name in ("sink", "source", "scc") and e.get("load_average")
     ]
-    if loads:
-        lines += [
-            "Not interleaved with the sink and source suites (its own Spark 3.5 JVM, after the "
-            "shared session stopped); 1-minute load average at start-end of each: "
-            + ", ".join(loads)
-            + ".",
-            "",
-        ]
+    if scc.get("interleaved_with"):
+        how = (
+            "Interleaved with the " + " and ".join(scc["interleaved_with"]) + " suites: its "
+            "default and tuned writes follow each sink repeat (and its driver baseline), its read "
+            "follows each source repeat, so drifting load hits both alike"
+        )
+    else:
+        how = "Run alone (no sink or source suite in this run)"
+    lines += [
+        how
+        + (": 1-minute load average at start-end of " + ", ".join(loads) if loads else "")
+        + ".",
+        "",
+    ]
     cmp = comparison(results)
 
     def fmt(p: dict | None, goal: float) -> str:

@@ -24,8 +24,10 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
+from . import memory
 from .common import BenchConfig, SuiteUnavailable, client, summarize
 from .machine import ROOT
 
@@ -164,71 +166,167 @@ def drop_tables(cfg: BenchConfig, names: list[str]) -> None:
         log.warning("could not drop the scc tables %s", names, exc_info=True)
 
 
-def run_job(cfg: BenchConfig, prefix: str) -> dict:
-    """``bench/scc/scc_job.py`` under the side Python; its one JSON line, parsed."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYTHONPATH", "PYTHONHOME")
-    }
-    py = str(VENV / "bin" / "python")
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = py
-    host = cfg.contact_points.split(",")[0].split(":")[0]
-    cmd = [
-        py, str(JOB), "--jars-dir", str(JARS), "--host", host, "--port", str(cfg.port),
-        "--keyspace", cfg.keyspace, "--prefix", prefix, "--rows", str(cfg.sink_rows),
-        "--repeats", str(cfg.repeats), "--sizes", ",".join(map(str, SIZES)),
-        "--processes", str(cfg.processes),
-    ]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        tail = "\n".join(p.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"scc_job.py exited with {p.returncode}:\n{tail}")
-    return json.loads(lines[-1])
+class SccJob:
+    """``bench/scc/scc_job.py`` under the side Python, up for the whole run: the sink and source
+    suites call :meth:`after_sink_repeat` / :meth:`after_source_repeat` so that the connector's
+    runs alternate with theirs (drifting load hits both alike), or :meth:`run_alone` does them
+    all. A failure is kept and raised by :meth:`finish`, never into the calling suite."""
+
+    def __init__(self, cfg: BenchConfig):
+        self.cfg = cfg
+        self.env = ensure_env()
+        log.info("scc side environment: %s", self.env)
+        self.prefix = f"scc_{os.getpid()}"
+        self.tables = _tables(self.prefix, cfg.repeats)
+        create_tables(cfg, self.tables)
+        self.runs: dict[str, dict[str, list]] = {
+            str(size): {"default_write": [], "tuned_write": [], "read": []} for size in SIZES
+        }
+        self.error: str | None = None
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by close())
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("SPARK_HOME", "PYTHONPATH", "PYTHONHOME")
+        }
+        py = str(VENV / "bin" / "python")
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = py
+        host = cfg.contact_points.split(",")[0].split(":")[0]
+        cmd = [
+            py, str(JOB), "--jars-dir", str(JARS), "--host", host, "--port", str(cfg.port),
+            "--keyspace", cfg.keyspace, "--warm-table", f"{self.prefix}_warm",
+            "--rows", str(cfg.sink_rows), "--processes", str(cfg.processes),
+        ]  # fmt: skip
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env=env,
+        )
+        memory.EXCLUDED_ROOTS.add(self.proc.pid)
+        self.info = self._reply()
+        self.start_seconds = time.perf_counter() - t0
+
+    def _reply(self) -> dict:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                out = json.loads(line)
+                if "error" in out:
+                    raise RuntimeError(f"scc_job.py: {out['error']}")
+                return out
+        self.proc.wait(timeout=60)
+        self.stderr.seek(0)
+        tail = "\n".join(self.stderr.read().strip().splitlines()[-15:])
+        raise RuntimeError(f"scc_job.py exited with {self.proc.returncode}:\n{tail}")
+
+    def _ask(self, **cmd) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def _guarded(self, fn, *args) -> None:
+        if self.error is not None:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("scc: %s", self.error)
+
+    def _writes(self, size: int, rep: int) -> None:
+        for mode in ("default", "tuned"):
+            table = f"{self.prefix}_{size}_{mode}_{rep}"
+            r = self._ask(op="write", size=size, mode=mode, table=table)
+            self.runs[str(size)][f"{mode}_write"].append(r)
+        w = self.runs[str(size)]
+        log.info("scc %dB rep %d: default write %.0f/s, tuned write %.0f/s", size, rep,
+                 w["default_write"][-1]["rate"], w["tuned_write"][-1]["rate"])  # fmt: skip
+
+    def _read(self, size: int, rep: int) -> None:
+        if len(self.runs[str(size)]["tuned_write"]) <= rep % self.cfg.repeats:
+            self._writes(size, rep % self.cfg.repeats)  # no sink suite in this run: write first
+        table = f"{self.prefix}_{size}_tuned_{rep % self.cfg.repeats}"
+        r = self._ask(op="read", size=size, table=table)
+        self.runs[str(size)]["read"].append(r)
+        log.info("scc %dB rep %d: read %.0f/s", size, rep, r["rate"])
+
+    def after_sink_repeat(self, size: int, rep: int) -> None:
+        self._guarded(self._writes, size, rep)
+
+    def after_source_repeat(self, rep: int) -> None:
+        # The source suite reads 100 B messages; the tuned 100 B table of the same repeat.
+        self._guarded(self._read, 100, rep)
+
+    def run_alone(self, writes: bool = True, reads: bool = True) -> None:
+        for rep in range(self.cfg.repeats):
+            for size in SIZES:
+                if writes:
+                    self._guarded(self._writes, size, rep)
+                if reads:
+                    self._guarded(self._read, size, rep)
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=120)
+        except Exception:
+            log.warning("scc_job.py did not stop; killing it", exc_info=True)
+            self.proc.kill()
+        finally:
+            memory.EXCLUDED_ROOTS.discard(self.proc.pid)
+            drop_tables(self.cfg, self.tables)
+            self.stderr.close()
+
+    def finish(self, interleaved: list[str]) -> dict:
+        """Close the job and summarize every rate (median/min/max), or raise its failure."""
+        self.close()
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        n = self.cfg.sink_rows
+        sizes: dict[str, dict] = {}
+        for size, runs in self.runs.items():
+            if any(
+                r["rows_in_table"] != n for k in ("default_write", "tuned_write") for r in runs[k]
+            ):
+                raise RuntimeError(f"scc {size} B: a written table counted other than {n} rows")
+            if any(r["rows"] != n for r in runs["read"]):
+                raise RuntimeError(f"scc read {size} B: a read counted other than {n} rows")
+            sizes[size] = {
+                "default_write_rate": summarize([r["rate"] for r in runs["default_write"]]),
+                "tuned_write_rate": summarize([r["rate"] for r in runs["tuned_write"]]),
+                "read_rate": summarize([r["rate"] for r in runs["read"]]),
+                "read_partitions": sorted({r["partitions"] for r in runs["read"]}),
+            }
+        return {
+            "rows": n,
+            "processes": self.cfg.processes,
+            "connector": "com.datastax.spark:spark-cassandra-connector_2.12:3.5.1",
+            "pyspark": self.info["pyspark"],
+            "python": self.info["python"],
+            "jars": self.info["jars"],
+            "tuned_settings": self.info["tuned_settings"],
+            "env": self.env,
+            "interleaved_with": interleaved,
+            "start_seconds": round(self.start_seconds, 1),
+            "session_seconds": round(self.info["session_seconds"], 1),
+            "sizes": sizes,
+        }
 
 
 def run(cfg: BenchConfig) -> dict:
-    """Build or reuse the side environment, run the job, summarize every rate (median/min/max)."""
-    env = ensure_env()
-    log.info("scc side environment: %s", env)
-    prefix = f"scc_{os.getpid()}"
-    names = _tables(prefix, cfg.repeats)
-    create_tables(cfg, names)
+    """The suite alone (``--only scc``, or without the sink and source): every repeat in turn."""
+    job = SccJob(cfg)
     try:
-        t0 = time.perf_counter()
-        job = run_job(cfg, prefix)
-        job_seconds = time.perf_counter() - t0
-    finally:
-        drop_tables(cfg, names)
-    n = cfg.sink_rows
-    sizes: dict[str, dict] = {}
-    for size, runs in job["sizes"].items():
-        for kind in ("default_write", "tuned_write"):
-            bad = [r for r in runs[kind] if r["rows_in_table"] != n]
-            if bad:
-                raise RuntimeError(f"scc {kind} {size} B: tables with a wrong count: {bad}")
-        if any(r["rows"] != n for r in runs["read"]):
-            raise RuntimeError(f"scc read {size} B: a read counted other than {n} rows")
-        sizes[size] = {
-            "default_write_rate": summarize([r["rate"] for r in runs["default_write"]]),
-            "tuned_write_rate": summarize([r["rate"] for r in runs["tuned_write"]]),
-            "read_rate": summarize([r["rate"] for r in runs["read"]]),
-            "read_partitions": sorted({r["partitions"] for r in runs["read"]}),
-        }
-        log.info(
-            "scc %s B: %s",
-            size,
-            {k: v["median"] for k, v in sizes[size].items() if k != "read_partitions"},
-        )
-    return {
-        "rows": n,
-        "processes": cfg.processes,
-        "connector": "com.datastax.spark:spark-cassandra-connector_2.12:3.5.1",
-        "pyspark": job["pyspark"],
-        "python": job["python"],
-        "jars": job["jars"],
-        "tuned_settings": job["tuned_settings"],
-        "env": env,
-        "job_seconds": round(job_seconds, 1),
-        "session_seconds": round(job["session_seconds"], 1),
-        "sizes": sizes,
-    }
+        job.run_alone()
+    except BaseException:
+        job.close()
+        raise
+    return job.finish([])

@@ -212,13 +212,29 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         runner.suite("engine", lambda: run_engine(cfg))
     if wanted("profile"):
         runner.suite("sink_profile", lambda: sink.profile_hot_path(cfg, cfg.profile_rows))
+    # The Spark Cassandra Connector (its own PySpark 3.5 job, up for the run): with the sink or
+    # the source in the run, its repeats alternate with theirs; alone, it runs after them.
+    scc_job, scc_failure = None, None
+    interleave = [n for n in ("sink", "source") if wanted(n)] if wanted("scc") else []
+    if interleave:
+        from . import scc_suite
+
+        try:
+            scc_job = scc_suite.SccJob(cfg)
+        except Exception as exc:  # SuiteUnavailable -> skipped, anything else -> failed
+            scc_failure = exc
     try:
         if wanted("sink"):
             runner.suite(
-                "sink", lambda: sink.run(runner.spark(), cfg), needs_spark=True, memory=True
+                "sink",
+                lambda: sink.run(runner.spark(), cfg, scc=scc_job),
+                needs_spark=True,
+                memory=True,
             )
         if wanted("source"):
-            runner.suite("source", lambda: source.run(runner.spark(), cfg), needs_spark=True)
+            runner.suite(
+                "source", lambda: source.run(runner.spark(), cfg, scc=scc_job), needs_spark=True
+            )
         if wanted("latency"):
             runner.suite(
                 "latency", lambda: latency.run(runner.spark(), cfg), needs_spark=True, memory=True
@@ -234,11 +250,19 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
             runner.suite("flatness_client", lambda: flatness.run_client(cfg))
     finally:
         runner.stop()
-    if wanted("scc"):
+        if interleave:
+
+            def scc_result() -> dict:
+                if scc_failure is not None:
+                    raise scc_failure
+                assert scc_job is not None
+                return scc_job.finish(interleave)
+
+            runner.suite("scc", scc_result)
+    if wanted("scc") and not interleave:
         from . import scc_suite
 
-        # Its own Spark 3.5 JVM (a subprocess in the side virtualenv): after the shared session
-        # stopped, so the two JVMs do not share the cores. Skipped with the reason when the side
+        # Alone: after the shared session stopped. Skipped with the reason when the side
         # environment cannot be built.
         runner.suite("scc", lambda: scc_suite.run(cfg))
     if wanted("scale") and (only is not None or not cfg.quick):

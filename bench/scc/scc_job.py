@@ -1,14 +1,15 @@
 """The Spark Cassandra Connector side of the bench's ``scc`` suite; runs under PySpark 3.5.
 
-Started by ``bench/scc_suite.py`` with the side virtualenv's Python (.cassandra/bench-scc/venv), never
-imported by the bench itself. In ``local[2]`` it writes the sink suite's rows (``id``,
-``bucket = id // 1000``, ``value`` of 100 B / 1 KiB, from a parquet input of one file per task
-slot) into plain tables ``(bucket int, id bigint, value blob, PRIMARY KEY (bucket, id))`` that
-the caller created, with ``df.write.format("org.apache.spark.sql.cassandra")``, once with the
-connector's default write settings and once tuned; counts each table afterwards; and reads the
-tuned table back in full (every row's ``value`` materialised: ``count(id)`` and
-``sum(length(value))`` in one pass). A run whose count is off exits non-zero. The result is one
-JSON line on stdout; nothing else goes to stdout.
+Started by ``bench/scc_suite.py`` with the side virtualenv's Python (.cassandra/bench-scc/venv),
+never imported by the bench itself; it stays up for the whole run so that its measurements can
+be interleaved with the sink's and the source's repeats. In ``local[2]`` it writes the sink
+suite's rows (``id``, ``bucket = id // 1000``, ``value`` of 100 B / 1 KiB, from a parquet input
+of one file per task slot) into plain tables ``(bucket int, id bigint, value blob, PRIMARY KEY
+(bucket, id))`` that the caller created, with ``df.write.format("org.apache.spark.sql.cassandra")``
+(the connector's default write settings, or tuned), and counts each table afterwards; and reads a
+table back in full (every row's ``value`` materialised: ``count(id)`` and ``sum(length(value))``
+in one pass), checking the count. Stdout carries only JSON lines: one when ready, then one reply
+per command read from stdin.
 """
 
 from __future__ import annotations
@@ -120,16 +121,39 @@ def read(spark, args, table, n, size):
     }
 
 
+def serve(spark, args, work):
+    """One JSON command per stdin line, one JSON reply per stdout line, until ``quit``:
+    ``{"op": "write", "size": 100, "mode": "tuned", "table": ...}`` (the parquet input of a size
+    is made, untimed, on its first write) and ``{"op": "read", "size": 100, "table": ...}``."""
+    inputs = {}
+    n = args.rows
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "quit":
+            return
+        size = int(cmd["size"])
+        try:
+            if cmd["op"] == "write":
+                if size not in inputs:
+                    inputs[size] = f"{work}/in-{size}"
+                    make_input(spark, inputs[size], n, size, args.processes)
+                settings = TUNED if cmd["mode"] == "tuned" else {}
+                reply = write(spark, args, inputs[size], cmd["table"], n, settings)
+            else:
+                reply = read(spark, args, cmd["table"], n, size)
+        except SystemExit as exc:  # a count that is off: the caller fails the suite
+            reply = {"error": str(exc)}
+        print(json.dumps(reply), flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jars-dir", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=9042)
     ap.add_argument("--keyspace", required=True)
-    ap.add_argument("--prefix", required=True, help="tables <prefix>_<size>_<mode>_<rep>, made")
+    ap.add_argument("--warm-table", required=True, help="a table for the untimed warm-up")
     ap.add_argument("--rows", type=int, required=True)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--processes", type=int, default=2)
     args = ap.parse_args(argv)
     import pyspark
@@ -137,36 +161,25 @@ def main(argv=None):
     jars = connector_jars(args.jars_dir)
     t0 = time.perf_counter()
     spark = session(args, jars)
-    out = {
-        "pyspark": pyspark.__version__,
-        "python": sys.version.split()[0],
-        "jars": [os.path.basename(j) for j in jars],
-        "session_seconds": time.perf_counter() - t0,
-        "tuned_settings": TUNED,
-        "sizes": {},
-    }
     work = tempfile.mkdtemp(prefix="bench-scc-")
     try:
         # Untimed warm-up: JIT, the connector's session and prepared statements.
         make_input(spark, f"{work}/warm", 2000, 100, args.processes)
-        write(spark, args, f"{work}/warm", f"{args.prefix}_warm", 2000, TUNED)
-        read(spark, args, f"{args.prefix}_warm", 2000, 100)
-        n = args.rows
-        for size in (int(s) for s in args.sizes.split(",")):
-            path = f"{work}/in-{size}"
-            make_input(spark, path, n, size, args.processes)
-            runs = {"default_write": [], "tuned_write": [], "read": []}
-            for rep in range(args.repeats):
-                # Default and tuned alternate, so drifting load hits both alike.
-                for mode, settings in (("default", {}), ("tuned", TUNED)):
-                    table = f"{args.prefix}_{size}_{mode}_{rep}"
-                    runs[f"{mode}_write"].append(write(spark, args, path, table, n, settings))
-                runs["read"].append(read(spark, args, f"{args.prefix}_{size}_tuned_{rep}", n, size))
-            out["sizes"][str(size)] = runs
+        write(spark, args, f"{work}/warm", args.warm_table, 2000, TUNED)
+        read(spark, args, args.warm_table, 2000, 100)
+        ready = {
+            "ready": True,
+            "pyspark": pyspark.__version__,
+            "python": sys.version.split()[0],
+            "jars": [os.path.basename(j) for j in jars],
+            "session_seconds": time.perf_counter() - t0,
+            "tuned_settings": TUNED,
+        }
+        print(json.dumps(ready), flush=True)
+        serve(spark, args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
-    print(json.dumps(out), flush=True)
     return 0
 
 
