@@ -7,7 +7,8 @@ the reason, so the harness runs today and picks components up when they land.
 
 Modules: ``suites`` (running and recording each suite), ``machine`` (what it ran on), ``report``
 (table and files), ``plots`` (PNGs); the suites themselves are ``sink``, ``source``, ``latency``,
-``flatness``, ``engine`` and ``memory``.
+``flatness``, ``engine``, ``memory`` and ``scc_suite`` (the Spark Cassandra Connector on a side
+PySpark 3.5; its ratios in ``scc_report``).
 """
 
 from __future__ import annotations
