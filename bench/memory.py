@@ -67,6 +67,11 @@ def classify(pid: int) -> str:
     return "other"
 
 
+# Processes of the run that are not the measured Spark's (the scc suite's PySpark 3.5 job and its
+# JVM, up during the sink and source suites): left out with everything under them.
+EXCLUDED_ROOTS: set[int] = set()
+
+
 class MemorySampler:
     """``with MemorySampler() as m: ...``; then ``m.report()`` (MiB)."""
 
@@ -93,7 +98,12 @@ class MemorySampler:
     def _sample(self) -> None:
         self.driver_max_kb = max(self.driver_max_kb, _status_kb(self.root, "VmRSS") or 0)
         worker_sum, workers = 0, 0
+        left_out = set(EXCLUDED_ROOTS)
+        for root in EXCLUDED_ROOTS:
+            left_out.update(descendants(root))
         for pid in descendants(self.root):
+            if pid in left_out:
+                continue
             kind = self.peaks[pid][0] if pid in self.peaks else classify(pid)
             rss = _status_kb(pid, "VmRSS")
             hwm = _status_kb(pid, "VmHWM")

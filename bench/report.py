@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from . import scc_report
 from .plots import plots
 
 log = logging.getLogger("bench")
@@ -146,6 +147,7 @@ def table_rows(results: dict) -> list[dict]:
                 "fresh queue",
                 f["ratio_old_vs_fresh"],
             )
+    rows += scc_report.table_rows(results)
     prof = s.get("sink_profile", {})
     if prof.get("status") == "ok":
         rows.append(
@@ -222,6 +224,7 @@ def markdown(results: dict, plots: list[str]) -> str:
             lines.append(f"- **Spark Cassandra Connector**: {e['reason']}")
     if not missing:
         lines.append("- none")
+    lines += scc_report.markdown(results)
     eng = results["suites"].get("engine", {})
     if eng.get("status") == "ok" and eng.get("table"):
         lines += ["", "## Engine (bench/engine.py, one process, single messages)", "", "```"]
@@ -282,6 +285,8 @@ def write_outputs(results: dict, out_dir: Path) -> dict[str, Path]:
     except Exception:
         log.exception("plots failed")
         made = []
+    if results["suites"].get("scc", {}).get("status") == "ok":
+        results["scc_comparison"] = scc_report.comparison(results)
     p = out_dir / f"{stamp}.json"
     p.write_text(json.dumps(results, indent=1, default=str, sort_keys=False))
     paths["json"] = p

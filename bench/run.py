@@ -7,7 +7,8 @@ the reason, so the harness runs today and picks components up when they land.
 
 Modules: ``suites`` (running and recording each suite), ``machine`` (what it ran on), ``report``
 (table and files), ``plots`` (PNGs); the suites themselves are ``sink``, ``source``, ``latency``,
-``flatness``, ``engine`` and ``memory``.
+``flatness``, ``engine``, ``memory`` and ``scc_suite`` (the Spark Cassandra Connector on a side
+PySpark 3.5; its ratios in ``scc_report``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="full sizes (2M-message history, ...)")
     ap.add_argument(
         "--only",
-        help="comma-separated suites: connector,engine,profile,sink,source,latency,flatness,scale (full mode or named)",
+        help="comma-separated suites: connector,engine,profile,sink,source,latency,flatness,scc,scale (scale: full mode or named)",
     )
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--rows", type=int, help="rows for the sink and source suites")

@@ -67,7 +67,9 @@ def _enqueued(cfg: BenchConfig, queue: str) -> int | None:
         return None
 
 
-def run(spark, cfg: BenchConfig, sizes: tuple[int, ...] = (100, 1024)) -> dict:
+def run(spark, cfg: BenchConfig, sizes: tuple[int, ...] = (100, 1024), scc=None) -> dict:
+    """``scc``: the scc suite's job (bench/scc_suite.SccJob), whose writes of the same rows
+    follow each repeat's sink and driver runs, or None."""
     register_cassieq(spark)
     n = cfg.sink_rows
     out: dict = {"rows": n, "processes": cfg.processes, "sizes": {}}
@@ -100,6 +102,8 @@ def run(spark, cfg: BenchConfig, sizes: tuple[int, ...] = (100, 1024)) -> dict:
                     )
                     d = bd.write_rows(target, 0, n, size, cfg.processes)
                     driver_rates.append(d["rate"])
+                    if scc is not None:
+                        scc.after_sink_repeat(size, rep)
                     log.info(
                         "sink %dB rep %d: sink %.0f/s (wall %.0f/s), driver %.0f/s",
                         size,

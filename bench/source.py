@@ -48,7 +48,9 @@ def spark_read(spark, cfg: BenchConfig, queue: str) -> dict:
     return {"wall": time.perf_counter() - t0, "rows": df.count()}
 
 
-def run(spark, cfg: BenchConfig) -> dict:
+def run(spark, cfg: BenchConfig, scc=None) -> dict:
+    """``scc``: the scc suite's job (bench/scc_suite.SccJob), whose full read of the same number
+    of 100 B rows follows each repeat's source and scan runs, or None."""
     register_cassieq(spark)
     n = cfg.source_rows
     src_rates, src_wall_rates, scan_rates, read_rates, acked = [], [], [], [], []
@@ -80,6 +82,8 @@ def run(spark, cfg: BenchConfig) -> dict:
             if s["rows"] != n:
                 raise RuntimeError(f"driver scan read {s['rows']} rows, expected {n}")
             scan_rates.append(s["rate"])
+            if scc is not None:
+                scc.after_source_repeat(rep)
             log.info(
                 "source rep %d: %.0f/s (wall %.0f/s), scan %.0f/s",
                 rep,
@@ -100,5 +104,5 @@ def run(spark, cfg: BenchConfig) -> dict:
         "wall_ratio_vs_spark_read": w["median"] / pr["median"],
         "wall_ratio_vs_scan": w["median"] / d["median"],
         "after_run": acked,
-        "connector_read": "not measured: no Spark Cassandra Connector release for Spark 4.x",
+        "connector_read": "suite scc (SCC 3.5.1 on a side PySpark 3.5; no release for Spark 4.x)",
     }

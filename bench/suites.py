@@ -149,6 +149,7 @@ class Runner:
     def suite(self, name: str, fn, *, needs_spark: bool = False, memory: bool = False):
         entry: dict = {}
         t0 = time.perf_counter()
+        load_start = os.getloadavg()[0]
         log.info("== suite %s", name)
         sampler = None
         try:
@@ -177,6 +178,9 @@ class Runner:
                 sampler.__exit__(None, None, None)
                 entry["memory"] = sampler.report()
         entry["seconds"] = round(time.perf_counter() - t0, 1)
+        # 1-minute load average around the suite: suites measured apart (sink, source, scc) are
+        # compared in the report, and on a shared machine the load between them drifts.
+        entry["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         self.results["suites"][name] = entry
         return entry
 
@@ -208,13 +212,29 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         runner.suite("engine", lambda: run_engine(cfg))
     if wanted("profile"):
         runner.suite("sink_profile", lambda: sink.profile_hot_path(cfg, cfg.profile_rows))
+    # The Spark Cassandra Connector (its own PySpark 3.5 job, up for the run): with the sink or
+    # the source in the run, its repeats alternate with theirs; alone, it runs after them.
+    scc_job, scc_failure = None, None
+    interleave = [n for n in ("sink", "source") if wanted(n)] if wanted("scc") else []
+    if interleave:
+        from . import scc_suite
+
+        try:
+            scc_job = scc_suite.SccJob(cfg)
+        except Exception as exc:  # SuiteUnavailable -> skipped, anything else -> failed
+            scc_failure = exc
     try:
         if wanted("sink"):
             runner.suite(
-                "sink", lambda: sink.run(runner.spark(), cfg), needs_spark=True, memory=True
+                "sink",
+                lambda: sink.run(runner.spark(), cfg, scc=scc_job),
+                needs_spark=True,
+                memory=True,
             )
         if wanted("source"):
-            runner.suite("source", lambda: source.run(runner.spark(), cfg), needs_spark=True)
+            runner.suite(
+                "source", lambda: source.run(runner.spark(), cfg, scc=scc_job), needs_spark=True
+            )
         if wanted("latency"):
             runner.suite(
                 "latency", lambda: latency.run(runner.spark(), cfg), needs_spark=True, memory=True
@@ -230,6 +250,21 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
             runner.suite("flatness_client", lambda: flatness.run_client(cfg))
     finally:
         runner.stop()
+        if interleave:
+
+            def scc_result() -> dict:
+                if scc_failure is not None:
+                    raise scc_failure
+                assert scc_job is not None
+                return scc_job.finish(interleave)
+
+            runner.suite("scc", scc_result)
+    if wanted("scc") and not interleave:
+        from . import scc_suite
+
+        # Alone: after the shared session stopped. Skipped with the reason when the side
+        # environment cannot be built.
+        runner.suite("scc", lambda: scc_suite.run(cfg))
     if wanted("scale") and (only is not None or not cfg.quick):
         from . import scale
 
