@@ -68,14 +68,17 @@ class CassandraUnavailableError(ConnectionFailedError, NoHostAvailable):
     its checkpoint, once the cluster is back. Also a driver ``NoHostAvailable``, so code that
     settles an unknown outcome handles it as before."""
 
-    def __init__(self, message: str, errors: dict | None = None):
+    def __init__(self, message: str, errors: dict | None = None, *, delivered: bool = True):
         NoHostAvailable.__init__(self, message, errors or {})
+        # False when no node received the request: it cannot have applied, so a caller that
+        # settles unknown outcomes has nothing to settle.
+        self.delivered = delivered
 
     def __str__(self) -> str:
         return str(self.args[0])
 
     def __reduce__(self):  # pickled across Spark's Python workers
-        return (type(self), (str(self.args[0]), {}))
+        return (type(self), (str(self.args[0]), {}), {"delivered": self.delivered})
 
 
 class PermissionDeniedError(CassieQError):

@@ -20,7 +20,12 @@ from ..errors import CassandraUnavailableError
 log = logging.getLogger(__name__)
 
 # A request that no node received is sent again after these pauses (seconds) before it fails.
-UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0)
+# They add up to more than the driver's longest wait between two attempts to reach a node that
+# went down (session.RECONNECT_MAX_DELAY, 2 s): a long-lived process (a reused Spark Python
+# worker) whose only node came back must see it up again before it gives up. They stay short
+# because callers that settle an unknown outcome retry on top of them: a cluster that is really
+# gone must still fail a streaming query within a minute.
+UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0, 2.0)
 
 # What a TLS mismatch looks like from the client's side, and what the user should change.
 _TLS_HINTS = (
@@ -57,6 +62,7 @@ def unavailable_error(
         f"({state}{first_error(exc)}). Nothing acknowledged is lost: retry once the cluster "
         "is back, or restart the streaming query from its checkpoint",
         exc.errors if isinstance(exc.errors, dict) else {},
+        delivered=not never_sent(exc),
     )
 
 

@@ -55,3 +55,24 @@ def test_the_unavailable_error_is_both_ours_and_the_drivers():
     assert str(err) == "Cassandra at 127.0.0.1:9042 did not answer"
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is CassandraUnavailableError and str(again) == str(err)
+
+
+@pytest.mark.parametrize(
+    ("errors", "delivered"),
+    [
+        ((), False),
+        ((ConnectionException("Host has been marked down or removed"),), False),
+        ((OperationTimedOut("timed out"),), True),
+    ],
+)
+def test_the_unavailable_error_says_whether_a_node_received_the_request(errors, delivered):
+    """A compare-and-set that no node received did not apply: its caller must not spend a
+    serial read settling it (on a dead cluster that multiplied the time to fail)."""
+    from cassandra.cluster import Cluster
+
+    from cassieq_spark.engine.failures import unavailable_error
+
+    cluster = Cluster(contact_points=["127.0.0.1"], port=1)  # never connected: no hosts known
+    err = unavailable_error(cluster, _nha(*errors), "127.0.0.1:1")
+    assert err.delivered is delivered
+    assert pickle.loads(pickle.dumps(err)).delivered is delivered
