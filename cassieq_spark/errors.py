@@ -95,6 +95,21 @@ class ReplayMismatchError(CassieQError):
     input and partitioning, or allow it to write such rows again (possible duplicates)."""
 
 
+class DataLossError(CassieQError):
+    """Messages a streaming query needed are gone for good: repair counted ids as lost (their
+    reservation was never written). Raised by the source with ``failOnDataLoss=true`` (the
+    default); the message names the queue, the ids, the cause and how to go on."""
+
+    def __init__(self, message: str, queue: str = "", ranges: tuple = (), cause: str = ""):
+        super().__init__(message)
+        self.queue = queue
+        self.ranges = tuple(ranges)  # ((lo, hi, lost), ...): hi exclusive
+        self.cause = cause
+
+    def __reduce__(self):  # pickled across Spark's Python workers
+        return (type(self), (str(self.args[0]), self.queue, self.ranges, self.cause))
+
+
 def one_line(exc: BaseException) -> str:
     """An error as command lines print it: one line, our own errors without their class name."""
     what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "

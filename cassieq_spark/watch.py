@@ -77,6 +77,7 @@ def rows(prev: Sample | None, cur: Sample) -> list[Row]:
         ),
         Row("acked", "acked", _count(s, "acked"), _per_second(rate(prev, cur, "acked"))),
         Row("dead_lettered", "dead-lettered", _count(s, "dead_lettered")),
+        Row("lost", "lost (never written)", _count(s, "lost")),
     ]
     if "consumer" in s:
         out.append(Row("consumer", "consumer (lease)", str(s["consumer"] or "-")))

@@ -24,7 +24,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field, replace
 
-from . import clock, deadletter, monoton
+from . import clock, deadletter, lost, monoton
 from .buckets import bucket_of
 from .clock import to_epoch
 from .counters import Counters
@@ -179,7 +179,7 @@ def repair_range(
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
     now = clock.now()
     rows = list(read_range(conn, queue, rng.lo, rng.hi, _RANGE_COLUMNS))
-    lost = (rng.hi - rng.lo) - len(rows)
+    lost_count = (rng.hi - rng.lo) - len(rows)
     todo: list[tuple[object, float]] = []  # (row, delay left)
     waiting = 0
     for r in rows:
@@ -200,7 +200,7 @@ def repair_range(
         else:
             waiting += 1  # claimed or acked since it was read: look again next pass
     if dry_run:
-        return len(todo), lost
+        return len(todo), lost_count
     for r, delay in todo:
         republish(conn, queue, r, timeout, delay)
     if waiting:
@@ -220,7 +220,7 @@ def repair_range(
         res = conn.cas(
             "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
             "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
-            (token, len(todo), lost, queue.queue_id, rng.lo, rng.stamp),
+            (token, len(todo), lost_count, queue.queue_id, rng.lo, rng.stamp),
             read=read,
             read_params=(queue.queue_id, rng.lo),
             applied=lambda row: row is not None and row.done_by == token,
@@ -229,7 +229,7 @@ def repair_range(
         res = conn.cas(
             "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
             "WHERE queue_id = ? AND lo = ? IF done = null",
-            (token, len(todo), lost, queue.queue_id, rng.lo),
+            (token, len(todo), lost_count, queue.queue_id, rng.lo),
             read=read,
             read_params=(queue.queue_id, rng.lo),
             applied=lambda row: row is not None and row.done_by == token,
@@ -237,17 +237,23 @@ def repair_range(
     if not res.was_applied:
         return 0, 0
     counters.add(queue, "republished", len(todo))
-    counters.add(queue, "lost", lost)
-    if todo or lost:
+    counters.add(queue, "lost", lost_count)
+    if lost_count:
+        # Kept past this range's row, which goes with its bucket: see lost.py.
+        landed = {r.id for r in rows}
+        lost.record(
+            conn, queue, rng.lo, rng.hi, [i for i in range(rng.lo, rng.hi) if i not in landed]
+        )
+    if todo or lost_count:
         log.info(
             "queue %s: range %d..%d repaired: %d republished, %d never written",
             queue.name,
             rng.lo,
             rng.hi,
             len(todo),
-            lost,
+            lost_count,
         )
-    return len(todo), lost
+    return len(todo), lost_count
 
 
 _RANGE_COLUMNS = (

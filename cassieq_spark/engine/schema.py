@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -135,6 +135,22 @@ MIGRATIONS: dict[int, list[str]] = {
     # Who made the current delivery: after a lost reply, two consumers that claimed one
     # message with the same due time (same millisecond) could not tell whose claim applied.
     5: ["ALTER TABLE {ks}.messages ADD IF NOT EXISTS claimed_by text"],
+    # Ranges repair counted ids of as lost, kept past the range's own row (which goes with its
+    # bucket, often in the same pass) so a streaming query can report them (failOnDataLoss).
+    # Written once per lost range by repair, read once per trigger: off the hot path.
+    6: [
+        """CREATE TABLE IF NOT EXISTS {ks}.lost_ranges (
+            queue_id uuid,
+            lo bigint,
+            hi bigint,
+            lost int,
+            ids list<bigint>,
+            cause text,
+            counted_at timestamp,
+            reported_by text,
+            PRIMARY KEY (queue_id, lo))
+            WITH default_time_to_live = 1209600"""
+    ],
 }
 
 

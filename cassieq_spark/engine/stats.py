@@ -6,7 +6,7 @@ and the repair lag, not the queue's history.
 
 from __future__ import annotations
 
-from . import clock, monoton, pointers
+from . import clock, lost, monoton, pointers
 from .clock import to_epoch
 from .counters import Counters
 from .messages import is_done, is_expired, read_range
@@ -35,9 +35,13 @@ def stats(conn: Connection, counters: Counters, queue: QueueInfo) -> dict:
             if row.enqueued_at is not None:
                 t = to_epoch(row.enqueued_at)
                 oldest = t if oldest is None else min(oldest, t)
+    lost_ranges, unreported = lost.lost_ranges_count(conn, queue)
     return {
         "queue": queue.name,
         **totals,
+        # `lost` (a total) above; these are the ranges kept for streaming queries to report
+        "lost_ranges": lost_ranges,
+        "lost_ranges_unreported": unreported,
         "backlog": backlog,
         "in_flight": in_flight,
         "delayed": delayed,

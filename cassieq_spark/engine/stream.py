@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import QueueNotFoundError
-from . import monoton, pointers, queues
+from . import lost, monoton, pointers, queues
 from .buckets import split_by_bucket
 from .clock import to_epoch
 from .consumer import record_skipped
@@ -141,6 +141,36 @@ class StreamConsumer:
 
     def excluded(self, lo: int, hi: int) -> list[tuple[int, int]]:
         return skipped_overlapping(self.conn, self.queue, lo, hi)
+
+    # -- lost data ---------------------------------------------------------------------------
+
+    def new_losses(self) -> list[lost.LostRange]:
+        """Lost ranges (see ``lost.py``) no query has reported yet, each claimed for this run
+        so that it is reported once: by this run and no other, nor again after a restart."""
+        return [
+            rng
+            for rng in lost.unreported(self.conn, self.queue)
+            if lost.mark_reported(self.conn, self.queue, rng, self.lease.owner)
+        ]
+
+    def pass_losses_before(self, first_id: int) -> int:
+        """A new query never needed ids below its start: mark lost ranges there as passed
+        rather than report them to it. Returns how many."""
+        passed = 0
+        for rng in lost.unreported(self.conn, self.queue):
+            if rng.hi <= first_id and lost.mark_reported(
+                self.conn, self.queue, rng, lost.BEFORE_START + self.lease.owner
+            ):
+                passed += 1
+        if passed:
+            log.info(
+                "queue %s: %d lost ranges below id %d lie before this stream's start: not "
+                "reported to it (they stay counted in stats' `lost`)",
+                self.queue.name,
+                passed,
+                first_id,
+            )
+        return passed
 
     # -- planning ----------------------------------------------------------------------------
 

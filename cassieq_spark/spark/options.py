@@ -62,6 +62,7 @@ SOURCE_OPTIONS: dict[str, str] = {
     "startingposition": "startingPosition",
     "minmessagespertrigger": "minMessagesPerTrigger",
     "maxtriggerdelay": "maxTriggerDelay",
+    "failondataloss": "failOnDataLoss",
 }
 
 WRITER_TYPES = ("arrow", "rows")
@@ -277,6 +278,8 @@ class SourceSettings:
     # pacing: no batch below this many messages, unless max_trigger_delay (s) has passed
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
+    # lost ids (see engine/lost.py) fail the query (True) or are logged as a warning
+    fail_on_data_loss: bool = True
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -322,6 +325,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         max_trigger_delay=source_checks.duration(
             raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
         ),
+        fail_on_data_loss=_bool(raw, "failondataloss", "failOnDataLoss", True),
     )
 
 

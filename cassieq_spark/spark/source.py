@@ -41,11 +41,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine import snapshot
+from ..engine import lost, snapshot
 from ..engine.queues import QueueInfo
 from ..engine.session import shared_connection
 from ..engine.stream import Plan, Position, StreamConsumer
-from ..errors import ConfigError, QueueNotFoundError
+from ..errors import ConfigError, DataLossError, QueueNotFoundError
 from .offset import SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import (
@@ -146,7 +146,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         self._raise_init_error()
         _, st = self._connect()
-        self._initial = self._make(st.initial(self.settings.starting_position)).to_dict()
+        first = st.initial(self.settings.starting_position)
+        st.pass_losses_before(first.id)
+        self._initial = self._make(first).to_dict()
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -177,6 +179,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = self._offset(start)
         queue, st = self._connect()
         self._check_alive(s)
+        self._report_losses()
         if self._first_plan:
             self._first_plan = False
             if self.settings.starting_position is not None and start != self._initial:
@@ -200,6 +203,26 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return s.to_dict()  # nothing new (or not enough yet): Spark runs no batch
         self._last_batch_at = time.monotonic()
         return end.to_dict()
+
+    def _report_losses(self) -> None:
+        """``failOnDataLoss``: ids repair counted as lost since the last trigger fail the query
+        (DataLossError) or are logged as a warning. Each range once: the engine claims it for
+        this run, so neither the next trigger nor a restart reports it again."""
+        queue, st = self._connect()
+        ranges = st.new_losses()
+        if not ranges:
+            return
+        what = lost.describe(queue.name, ranges)
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. These messages can never be delivered. To go on, restart the query "
+                "(each lost range is reported once, so the restart continues past it), or set "
+                "option failOnDataLoss=false to log lost ids as a warning instead",
+                queue.name,
+                tuple((r.lo, r.hi, r.lost) for r in ranges),
+                "; ".join(sorted({r.cause for r in ranges})),
+            )
+        log.warning("%s. failOnDataLoss=false: the query goes on", what)
 
     def _with_lag(self, plan: Plan, end: SourceOffset) -> dict:
         """The latest offset as reported in the query's progress (``sources[].latestOffset``),
