@@ -156,6 +156,8 @@ SPARK = [
     ("S54x", lambda s, o, t: _load(s, o, startingPosition="newest"), E + r"ConfigError: option 'startingPosition' must be earliest, latest, \{\"id\": N\} .* got 'newest'"),
     ("S55x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="10", maxMessagesPerTrigger="5"), E + r"ConfigError: option 'minMessagesPerTrigger' \(10\) must not exceed 'maxMessagesPerTrigger' \(5\)"),
     ("S56x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="2", maxTriggerDelay="soon"), E + r"ConfigError: option 'maxTriggerDelay' must be a duration such as '15s'"),
+    # issue 16: lost data
+    ("S57x", lambda s, o, t: _load(s, o, failOnDataLoss="sometimes"), E + r"ConfigError: option 'failOnDataLoss' must be true or false, got 'sometimes'"),
 ]
 # fmt: on
 
