@@ -9,8 +9,13 @@ hands it to repair); repair then counts 5 and 6 lost.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -121,7 +126,20 @@ def test_lost_ranges_before_a_new_query_are_not_reported_to_it(
         assert reader.latestOffset(init, ReadAllAvailable())["id"] >= init["id"]
     finally:
         reader.stop()
-    assert queue_client.stats(queue_name)["lost_ranges_unreported"] == 0
+    # `cassieq stats QUEUE`: the same counts as JSON
+    env = {
+        **os.environ,
+        "CASSIEQ_CONTACT_POINTS": cassieq_options["contactPoints"],
+        "CASSIEQ_PORT": cassieq_options["port"],
+        "CASSIEQ_KEYSPACE": cassieq_options["keyspace"],
+    }
+    cli = Path(sys.executable).parent / "cassieq"
+    out = subprocess.run(
+        [str(cli), "stats", queue_name], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    assert (stats["lost"], stats["lost_ranges"], stats["lost_ranges_unreported"]) == (2, 1, 0)
 
 
 def test_describe_caps_the_ids_it_names():
