@@ -119,15 +119,26 @@ class CommonOptions:
         return f"queue {self.queue!r} at {self.connection.describe()}"
 
 
-def _common(o: dict[str, str], role: str) -> CommonOptions:
+def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonOptions:
+    """``queue_column``: the sink's input names each row's queue, so option 'queue' (then
+    ``""`` when absent) is only the default for rows whose column is null."""
     queue = o.get("queue")
     if queue is None or not str(queue).strip():
-        raise ConfigError(
-            f"option 'queue' is required for the cassieq {role}: the name of the queue, "
-            'e.g. .option("queue", "events")'
-        )
-    # Checked whole, as the client and the CLI do: "sq\n" is not queue "sq".
-    queue = _validate_queue_name(str(queue), "queue name (option 'queue')")
+        if queue_column:
+            queue = ""
+        else:
+            raise ConfigError(
+                f"option 'queue' is required for the cassieq {role}: the name of the queue, "
+                'e.g. .option("queue", "events")'
+                + (
+                    ", or a string column 'queue' in the input naming each row's queue"
+                    if role == "sink"
+                    else ""
+                )
+            )
+    else:
+        # Checked whole, as the client and the CLI do: "sq\n" is not queue "sq".
+        queue = _validate_queue_name(str(queue), "queue name (option 'queue')")
     connection = connection_from_options({k: v for k, v in o.items() if k in CONNECTION_OPTIONS})
     create = _bool(o, "createqueue", "createQueue", False)
     given = [
@@ -179,6 +190,11 @@ class SinkOptions:
     replay_mismatch: str = "fail"  # or "writeagain"
     allow_target_change: bool = False
 
+    @property
+    def default_queue(self) -> str | None:
+        """Option 'queue', or None when only the input's ``queue`` column names queues."""
+        return self.common.queue or None
+
 
 def _write_id(o: dict[str, str], streaming: bool | None) -> str | None:
     if "writeid" not in o:
@@ -198,12 +214,15 @@ def _write_id(o: dict[str, str], streaming: bool | None) -> str | None:
     return value
 
 
-def sink_options(options: Mapping[str, str], streaming: bool | None = None) -> SinkOptions:
+def sink_options(
+    options: Mapping[str, str], streaming: bool | None = None, queue_column: bool = False
+) -> SinkOptions:
     """Parse and check the options of ``df.write``/``df.writeStream`` with format ``cassieq``
-    (``streaming``: which of the two; None when not known yet)."""
+    (``streaming``: which of the two; None when not known yet; ``queue_column``: the input
+    has a ``queue`` column, so option 'queue' may be omitted)."""
     o = _lower(options)
     check_known(o, {**COMMON_OPTIONS, **QUEUE_SETTING_OPTIONS, **SINK_OPTIONS}, "sink")
-    common = _common(o, "sink")
+    common = _common(o, "sink", queue_column)
     block = _int(o, "idblocksize", "idBlockSize", monoton.MAX_BLOCK, 1)
     if block > monoton.MAX_BLOCK:
         raise ConfigError(

@@ -36,4 +36,5 @@ SOURCE_SCHEMA_DDL = (
 SINK_VALUE = "value"
 SINK_HEADERS = "headers"
 SINK_DELAY = "delay"
-SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY)
+SINK_QUEUE = "queue"  # a row's destination, overriding option 'queue' (Kafka's 'topic')
+SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY, SINK_QUEUE)

@@ -24,6 +24,14 @@ Limits a reviewer should know:
 - The driver looks the queue up when a write is planned (every micro-batch), so nothing is
   written for a missing queue; ~10 ms, as Spark reuses the planning worker and its connection
   (a connect, ~0.35 s, only when the worker is new).
+
+Routing: an input column ``queue`` names each row's queue (null: option 'queue'), as Kafka's
+``topic`` column does. The task then runs one keyed write per destination, all under the same
+key (keys are per queue), so each destination is written exactly once on a replay
+(``engine/routed_write.py``). Destinations are only known on the executors: each task looks up
+(or, with createQueue=true, creates) every distinct queue of a slice (an Arrow batch, or
+``ROWS_PER_SLICE`` rows) before any of its rows is buffered; an unknown one fails the task, which
+rolls back what earlier slices flushed. The checkpoint records option 'queue' only.
 """
 
 from __future__ import annotations
@@ -42,8 +50,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine.keyed_write import KeyedWrite, WriteReport
+from ..engine.keyed_write import KeyedWrite
 from ..engine.queues import QueueInfo
+from ..engine.routed_write import QueueResolver, RoutedReport, RoutedWrite
+from ..engine.schema import require_schema
 from ..engine.session import shared_connection
 from ..errors import CassieQError, ConfigError
 from .options import SinkOptions, resolve_queue, sink_options
@@ -68,23 +78,28 @@ class SinkPlan:
     """Everything a task needs, resolved on the driver and pickled into the writer."""
 
     options: SinkOptions
-    queue: QueueInfo
+    queue: QueueInfo | None  # option 'queue'; None when only the input's column names queues
     layout: InputLayout
     streaming: bool
     write_id: str  # batch writes: one id per df.write, shared by retried tasks
 
 
 def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> SinkPlan:
-    opts = sink_options(options, streaming)
+    layout = check_input_schema(schema)
+    opts = sink_options(options, streaming, queue_column=layout.queue is not None)
     if overwrite:
         raise ConfigError(
             "the cassieq sink only appends messages; use mode('append') / outputMode('append')"
         )
-    layout = check_input_schema(schema)
     conn = shared_connection(opts.common.connection)
-    queue = resolve_queue(conn, opts.common)
-    if streaming:
-        check_target(opts.checkpoint_location, Target.of(conn, queue), opts.allow_target_change)
+    queue = None
+    if opts.default_queue is not None:
+        queue = resolve_queue(conn, opts.common)
+        if streaming:
+            target = Target.of(conn, queue)
+            check_target(opts.checkpoint_location, target, opts.allow_target_change)
+    else:
+        require_schema(conn)  # destinations are looked up by the tasks
     return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 
@@ -92,48 +107,79 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
 
 
 @dataclass
-class CassieQCommitMessage(WriteReport, WriterCommitMessage):
-    """What one task did (``WriteReport``); the driver sums these per batch."""
+class CassieQCommitMessage(RoutedReport, WriterCommitMessage):
+    """What one task did (``RoutedReport``: per queue too); the driver sums these per batch."""
+
+
+def _task_key(plan: SinkPlan, partition: int | None) -> tuple[int, str, str]:
+    """(partition, key prefix, what) of the running task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if partition is None:
+        partition = ctx.partitionId() if ctx is not None else 0
+    if plan.streaming:
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or (
+            plan.options.checkpoint_location
+        )
+        if batch_id is None or query is None:
+            raise CassieQError(
+                "the cassieq stream writer cannot see the micro-batch id or query id; "
+                "it only runs inside a streaming query"
+            )
+        key_prefix = f"s:{query}:{batch_id}:{partition}"
+        what = f"micro-batch {batch_id} of query {query}"
+    else:
+        key_prefix = f"w:{plan.write_id}:{partition}"
+        what = f"batch write {plan.write_id}"
+    return partition, key_prefix, what
+
+
+def _keyed(plan: SinkPlan, queue: QueueInfo, key: tuple[int, str, str]) -> dict:
+    partition, key_prefix, what = key
+    return dict(
+        conn=shared_connection(plan.options.common.connection),
+        queue=queue,
+        key_prefix=key_prefix,
+        block_size=plan.options.id_block_size,
+        what=what,
+        partition=partition,
+        rewrite_mismatch=plan.options.replay_mismatch == "writeagain",
+        mismatch_hint=REPLAY_MISMATCH_HINT,
+    )
 
 
 class _TaskWrite(KeyedWrite):
-    """One Spark task's keyed write: its key comes from the task's context."""
+    """One Spark task's keyed write to option 'queue': its key comes from the task's context."""
 
     def __init__(self, plan: SinkPlan, partition: int | None = None):
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if partition is None:
-            partition = ctx.partitionId() if ctx is not None else 0
-        if plan.streaming:
-            batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
-            query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or (
-                plan.options.checkpoint_location
-            )
-            if batch_id is None or query is None:
-                raise CassieQError(
-                    "the cassieq stream writer cannot see the micro-batch id or query id; "
-                    "it only runs inside a streaming query"
-                )
-            key_prefix = f"s:{query}:{batch_id}:{partition}"
-            what = f"micro-batch {batch_id} of query {query}"
-        else:
-            key_prefix = f"w:{plan.write_id}:{partition}"
-            what = f"batch write {plan.write_id}"
-        super().__init__(
-            shared_connection(plan.options.common.connection),
-            plan.queue,
-            key_prefix,
-            block_size=plan.options.id_block_size,
-            what=what,
-            partition=partition,
-            rewrite_mismatch=plan.options.replay_mismatch == "writeagain",
-            mismatch_hint=REPLAY_MISMATCH_HINT,
-        )
+        assert plan.queue is not None
+        super().__init__(**_keyed(plan, plan.queue, _task_key(plan, partition)))
         self.plan = plan
 
     def run(self, feed: Iterable[None]) -> CassieQCommitMessage:
         """``feed`` fills the task (``sink_input``); anything that fails rolls it back."""
+        r = super().run(feed)
+        return CassieQCommitMessage(**vars(r), queues={self.queue.name: (r.written, r.replayed)})
+
+
+class _RoutedTask(RoutedWrite):
+    """One Spark task whose rows name their queues: a keyed write per destination, same key."""
+
+    def __init__(self, plan: SinkPlan, partition: int | None = None):
+        key = _task_key(plan, partition)
+        common = plan.options.common
+        resolver = QueueResolver(
+            shared_connection(common.connection),
+            create=common.create_queue,
+            settings=common.queue_settings,
+            known=[plan.queue] if plan.queue else [],
+        )
+        super().__init__(resolver, lambda q: KeyedWrite(**_keyed(plan, q, key)), partition=key[0])
+        self.plan = plan
+
+    def run(self, feed: Iterable[None]) -> CassieQCommitMessage:
         return CassieQCommitMessage(**vars(super().run(feed)))
 
 
@@ -144,15 +190,22 @@ def _summarize(plan: SinkPlan, messages, what: str) -> tuple[int, int]:
     done = [m for m in messages if isinstance(m, CassieQCommitMessage)]
     written = sum(m.written for m in done)
     replayed = sum(m.replayed for m in done)
-    log.info(
-        "cassieq sink: %s wrote %d messages to queue %r (%d rows skipped: already written by an "
-        "earlier attempt) from %d tasks",
-        what,
-        written,
-        plan.queue.name,
-        replayed,
-        len(done),
-    )
+    per: dict[str, list[int]] = {}
+    for m in done:
+        for q, (w, r) in m.queues.items():
+            totals = per.setdefault(q, [0, 0])
+            totals[0] += w
+            totals[1] += r
+    for q, (w, r) in sorted(per.items()):
+        log.info(
+            "cassieq sink: %s wrote %d messages to queue %r (%d rows skipped: already written "
+            "by an earlier attempt) from %d tasks",
+            what,
+            w,
+            q,
+            r,
+            len(done),
+        )
     return written, replayed
 
 
@@ -160,12 +213,17 @@ class _Base:
     def __init__(self, plan: SinkPlan):
         self.plan = plan
 
+    def _task(self) -> _TaskWrite | _RoutedTask:
+        return (
+            _RoutedTask(self.plan) if self.plan.layout.queue is not None else _TaskWrite(self.plan)
+        )
+
     def _run_rows(self, iterator: Iterator) -> CassieQCommitMessage:
-        task = _TaskWrite(self.plan)
+        task = self._task()
         return task.run(row_slices(task, iterator))
 
     def _run_arrow(self, iterator: Iterator) -> CassieQCommitMessage:
-        task = _TaskWrite(self.plan)
+        task = self._task()
         return task.run(arrow_slices(task, iterator))
 
 
@@ -213,10 +271,8 @@ class CassieQBatchWriter(_Base, DataSourceWriter):
         written, _ = _summarize(self.plan, messages, "failed batch write")
         if written:
             log.warning(
-                "the batch write failed after some tasks finished; their %d messages stay in "
-                "queue %r",
+                "the batch write failed after some tasks finished; their %d messages stay",
                 written,
-                self.plan.queue.name,
             )
 
 

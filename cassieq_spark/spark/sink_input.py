@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +27,16 @@ from pyspark.sql.types import (
 )
 
 from .. import validate
-from ..errors import ConfigError, PayloadTooLargeError
+from ..config import validate_queue_name
+from ..engine.queues import QueueInfo
+from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
-from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_VALUE
+from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
 
 if TYPE_CHECKING:
-    from .sink import _TaskWrite
+    from .sink import _RoutedTask, _TaskWrite
+
+    Task: TypeAlias = _TaskWrite | _RoutedTask
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 
@@ -50,6 +54,7 @@ class InputLayout:
     value_is_string: bool
     headers: int | None
     delay: int | None
+    queue: int | None = None  # the row's destination; None: every row goes to option 'queue'
 
 
 def _type_name(t: DataType) -> str:
@@ -58,7 +63,10 @@ def _type_name(t: DataType) -> str:
 
 def check_input_schema(schema: StructType) -> InputLayout:
     """Fail before anything is written if the input has columns the sink cannot take."""
-    allowed = "value (string or binary, required), headers (map<string,string>), delay (double)"
+    allowed = (
+        "value (string or binary, required), headers (map<string,string>), delay (double), "
+        "queue (string: the row's queue)"
+    )
     names = [f.name.lower() for f in schema.fields]
     if SINK_VALUE not in names:
         raise ConfigError(
@@ -98,11 +106,18 @@ def check_input_schema(schema: StructType) -> InputLayout:
                 f"column 'delay' must be double (seconds of initial invisibility), got "
                 f"{_type_name(t)}"
             )
+    if SINK_QUEUE in found:
+        t = schema.fields[found[SINK_QUEUE]].dataType
+        if not isinstance(t, StringType):
+            raise ConfigError(
+                f"column 'queue' must be string (the name of the row's queue), got {_type_name(t)}"
+            )
     return InputLayout(
         found[SINK_VALUE],
         isinstance(value_type, StringType),
         found.get(SINK_HEADERS),
         found.get(SINK_DELAY),
+        found.get(SINK_QUEUE),
     )
 
 
@@ -128,14 +143,67 @@ def _first_true(mask: pa.Array) -> int:
     return int(pc.index(mask, True).as_py())
 
 
-def arrow_slices(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[None]:
+def _route(task: Task, names: list[str | None], base: int) -> tuple[list[str], list[int]]:
+    """Each row's queue (option 'queue' where the column is null) and its payload limit.
+    Every distinct queue is checked and resolved (created with createQueue=true) before any
+    row of the slice is handed on, so an unknown one fails with nothing of the slice added."""
+    default = task.plan.options.default_queue
+    first: dict[str, int] = {}
+    dests: list[str] = []
+    for i, n in enumerate(names):
+        if n is None:
+            if default is None:
+                raise ConfigError(
+                    f"column 'queue' is null at {_where(task.partition, base + i)} and option "
+                    "'queue' (the queue of such rows) is not set; set it or fill the column"
+                )
+            n = default
+        if n not in first:
+            first[n] = i
+            if n not in task.resolver.infos:  # type: ignore[union-attr]
+                validate_queue_name(
+                    n, f"queue name (column 'queue' at {_where(task.partition, base + i)})"
+                )
+        dests.append(n)
+    infos: dict[str, QueueInfo] = {}
+    for n, i in first.items():
+        try:
+            infos.update(task.resolve([n]))  # type: ignore[union-attr]
+        except QueueNotFoundError as exc:
+            raise QueueNotFoundError(
+                f"column 'queue' at {_where(task.partition, base + i)}: {exc}"
+            ) from None
+    return dests, [infos[d].max_payload_bytes for d in dests]
+
+
+def _limit_error(task: Task, where: int, size: int, queue: str, limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"column 'value' at {_where(task.partition, where)} has {size} bytes; queue {queue!r} "
+        f"allows at most {limit} (maxPayloadBytes)"
+    )
+
+
+def _add(task: Task, dests: list[str] | None, payloads, headers, delays, sizes) -> None:
+    if dests is None:
+        task.add(payloads, headers, delays, sizes)  # type: ignore[call-arg]
+    else:
+        task.add(dests, payloads, headers, delays, sizes)  # type: ignore[call-arg,arg-type]
+
+
+def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None]:
     """Feed ``task`` from Arrow record batches, one ``None`` per batch fed."""
     layout = task.plan.layout
-    limit = task.queue.max_payload_bytes
+    queue = task.plan.queue
     for rb in batches:
         if rb.num_rows == 0:
             continue
         base = task.position
+        dests: list[str] | None = None
+        if layout.queue is not None:
+            dests, limits = _route(task, rb.column(layout.queue).to_pylist(), base)
+        else:
+            assert queue is not None  # no queue column: option 'queue' names every row's queue
+            limits = [queue.max_payload_bytes] * rb.num_rows
         value = rb.column(layout.value)
         if value.null_count:
             i = _first_true(pc.is_null(value))
@@ -148,13 +216,11 @@ def arrow_slices(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterato
                 pa.large_binary() if pa.types.is_large_string(value.type) else pa.binary()
             )
         lengths = pc.binary_length(value)
-        longest = pc.max(lengths).as_py()
-        if longest > limit:
-            i = _first_true(pc.greater(lengths, limit))
-            raise PayloadTooLargeError(
-                f"column 'value' at {_where(task.partition, base + i)} has {lengths[i].as_py()} "
-                f"bytes; queue {task.queue.name!r} allows at most {limit} (maxPayloadBytes)"
-            )
+        over = pc.greater(lengths, pa.array(limits, pa.int64()))
+        if pc.any(over).as_py():
+            i = _first_true(over)
+            name = dests[i] if dests else task.plan.queue.name  # type: ignore[union-attr]
+            raise _limit_error(task, base + i, lengths[i].as_py(), name, limits[i])
         headers = None
         if layout.headers is not None:
             col = rb.column(layout.headers)
@@ -184,15 +250,16 @@ def arrow_slices(task: _TaskWrite, batches: Iterator[pa.RecordBatch]) -> Iterato
                 )
             if pc.max(d).as_py() > 0:
                 delays = d.to_pylist()
-        task.add(value.to_pylist(), headers, delays, lengths.to_pylist())
+        _add(task, dests, value.to_pylist(), headers, delays, lengths.to_pylist())
         yield None
 
 
-def row_slices(task: _TaskWrite, rows: Iterator) -> Iterator[None]:
+def row_slices(task: Task, rows: Iterator) -> Iterator[None]:
     """Feed ``task`` from Spark rows, ``ROWS_PER_SLICE`` at a time."""
     layout = task.plan.layout
-    limit = task.queue.max_payload_bytes
-    vi, hi_, di = layout.value, layout.headers, layout.delay
+    queue = task.plan.queue
+    vi, hi_, di, qi = layout.value, layout.headers, layout.delay, layout.queue
+    dests: list[str] | None = [] if qi is not None else None
     payloads: list[bytes] = []
     headers: list | None = [] if hi_ is not None else None
     delays: list | None = [] if di is not None else None
@@ -206,11 +273,13 @@ def row_slices(task: _TaskWrite, rows: Iterator) -> Iterator[None]:
                 "needs a payload (filter or fill nulls before writing)"
             )
         data = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+        if dests is not None:
+            (dest,), (limit,) = _route(task, [row[qi]], pos)
+            dests.append(dest)
+        else:
+            dest, limit = queue.name, queue.max_payload_bytes  # type: ignore[union-attr]
         if len(data) > limit:
-            raise PayloadTooLargeError(
-                f"column 'value' at {_where(task.partition, pos)} has {len(data)} bytes; "
-                f"queue {task.queue.name!r} allows at most {limit} (maxPayloadBytes)"
-            )
+            raise _limit_error(task, pos, len(data), dest, limit)
         payloads.append(data)
         sizes.append(len(data))
         if headers is not None:
@@ -232,12 +301,13 @@ def row_slices(task: _TaskWrite, rows: Iterator) -> Iterator[None]:
             any_delay = any_delay or d > 0
             delays.append(d)
         if len(payloads) >= ROWS_PER_SLICE:
-            task.add(payloads, headers, delays if any_delay else None, sizes)
+            _add(task, dests, payloads, headers, delays if any_delay else None, sizes)
             yield None
             payloads, sizes = [], []
+            dests = [] if qi is not None else None
             headers = [] if hi_ is not None else None
             delays = [] if di is not None else None
             any_delay = False
     if payloads:
-        task.add(payloads, headers, delays if any_delay else None, sizes)
+        _add(task, dests, payloads, headers, delays if any_delay else None, sizes)
         yield None

@@ -157,7 +157,15 @@ SPARK = [
     ("S55x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="10", maxMessagesPerTrigger="5"), E + r"ConfigError: option 'minMessagesPerTrigger' \(10\) must not exceed 'maxMessagesPerTrigger' \(5\)"),
     ("S56x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="2", maxTriggerDelay="soon"), E + r"ConfigError: option 'maxTriggerDelay' must be a duration such as '15s'"),
     # issue 16: lost data
-    ("S57x", lambda s, o, t: _load(s, o, failOnDataLoss="sometimes"), E + r"ConfigError: option 'failOnDataLoss' must be true or false, got 'sometimes'"),
+    ("S64x", lambda s, o, t: _load(s, o, failOnDataLoss="sometimes"), E + r"ConfigError: option 'failOnDataLoss' must be true or false, got 'sometimes'"),
+    # issue 16: routing in the sink (a 'queue' column); rows with a null queue go to SQ, and
+    # nothing of the task may reach it when another row's queue is bad
+    ("S57x", lambda s, o, t: _write(_sel(s, V, "id AS queue"), o), E + r"ConfigError: column 'queue' must be string \(the name of the row's queue\), got bigint"),
+    ("S58x", lambda s, o, t: _write(_sel(s, V, f"CASE WHEN id = 2 THEN '{P}nosq' END AS queue"), o), E + r"QueueNotFoundError: column 'queue' at row 2 \(0-based\) of partition 0: queue '\w+nosq' does not exist in keyspace '\w+'; create it .* or set option createQueue=true"),
+    ("S59x", lambda s, o, t: _write(_sel(s, V, f"CASE WHEN id = 1 THEN '{P}nosq' END AS queue"), o, writerType="rows"), E + r"QueueNotFoundError: column 'queue' at row 1 \(0-based\) of partition 0: queue '\w+nosq' does not exist"),
+    ("S61x", lambda s, o, t: _write(_sel(s, V, "CAST(NULL AS STRING) AS queue"), o, queue=None), E + r"ConfigError: column 'queue' is null at row 0 \(0-based\) of partition 0 and option 'queue' \(the queue of such rows\) is not set"),
+    ("S62x", lambda s, o, t: _write(_sel(s, V, "CASE WHEN id = 1 THEN 'a b' END AS queue"), o), E + r"ConfigError: invalid queue name \(column 'queue' at row 1 \(0-based\) of partition 0\) 'a b'"),
+    ("S63x", lambda s, o, t: _write(_values(s), o, queue=None), E + r"ConfigError: option 'queue' is required for the cassieq sink: .* or a string column 'queue' in the input"),
 ]
 # fmt: on
 

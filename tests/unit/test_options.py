@@ -184,3 +184,16 @@ def test_input_schema(fields: list, ok: bool | str) -> None:
     assert ok in str(err.value)
     if "'key'" in ok:
         assert "allowed columns: value" in str(err.value)
+
+
+def test_sink_queue_column_makes_option_queue_optional() -> None:
+    schema = StructType([StructField("value", StringType()), StructField("Queue", StringType())])
+    layout = check_input_schema(schema)
+    assert layout.queue == 1
+    assert sink_options({}, queue_column=True).default_queue is None
+    assert sink_options(BASE, queue_column=True).default_queue == "events"
+    with pytest.raises(ConfigError, match="or a string column 'queue' in the input"):
+        sink_options({})
+    bad = StructType([StructField("value", StringType()), StructField("queue", LongType())])
+    with pytest.raises(ConfigError, match=r"column 'queue' must be string .*got bigint"):
+        check_input_schema(bad)
