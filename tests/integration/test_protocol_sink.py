@@ -13,12 +13,12 @@ import itertools
 import os
 import time
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from test_sink import (  # tests/integration is on sys.path
     TIMEOUT,
+    drop_last_commit,
     full_message,
     run_available_now,
     write_text_files,
@@ -509,16 +509,6 @@ def test_sink_options_for_replays_are_checked(cassieq_options, options, streamin
     assert ok.write_id == "app-7"
 
 
-def _drop_last_commit(ckpt: Path) -> int:
-    """A crash after the sink wrote the last batch but before Spark logged its commit."""
-    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    (ckpt / "commits" / str(last)).unlink()
-    crc = ckpt / "commits" / f".{last}.crc"
-    if crc.exists():
-        crc.unlink()
-    return last
-
-
 def test_f28_restart_with_another_queue_is_refused(
     sspark, cassieq_options, queue_client, queue_name, tmp_path
 ):
@@ -534,7 +524,7 @@ def test_f28_restart_with_another_queue_is_refused(
     write_text_files(src, files)
     run_available_now(sspark, cassieq_options, queue_name, src, ckpt)
     assert (ckpt / "cassieq-sink-target.json").exists()
-    _drop_last_commit(ckpt)
+    drop_last_commit(ckpt)
 
     with pytest.raises(Exception) as err:
         run_available_now(sspark, cassieq_options, other, src, ckpt)

@@ -47,6 +47,16 @@ def stored_rows(client, queue: str, include_dead: bool = False) -> list:
     return [r for r in rows if include_dead or not r.dead]
 
 
+def drop_last_commit(ckpt: Path) -> int:
+    """A crash after the sink wrote the last batch but before Spark logged its commit."""
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()
+    crc = ckpt / "commits" / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    return last
+
+
 def stored_df(spark, client, queue: str):
     rows = [
         (bytes(r.payload), dict(r.headers) if r.headers else None)
@@ -148,11 +158,7 @@ def test_stream_replay_after_lost_commit_adds_nothing(
 
     # A crash after the sink wrote batch 1 but before Spark logged its commit: on restart Spark
     # runs batch 1 again with the same offsets.
-    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    (ckpt / "commits" / str(last)).unlink()
-    crc = ckpt / "commits" / f".{last}.crc"
-    if crc.exists():
-        crc.unlink()
+    last = drop_last_commit(ckpt)
     query = run_available_now(sspark, cassieq_options, queue_name, src, ckpt, **extra)
     replayed = [p for p in query.recentProgress if p.batchId == last and p.numInputRows > 0]
     assert replayed, "the restarted query did not replay the batch"

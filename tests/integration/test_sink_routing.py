@@ -17,7 +17,14 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from test_protocol_sink import drain  # tests/integration is on sys.path
-from test_sink import TIMEOUT, expected_df, full_message, stored_df, stored_rows
+from test_sink import (
+    TIMEOUT,
+    drop_last_commit,
+    expected_df,
+    full_message,
+    stored_df,
+    stored_rows,
+)
 
 from cassieq_spark.engine import faults
 from cassieq_spark.errors import QueueNotFoundError
@@ -96,11 +103,7 @@ def test_stream_routes_rows_and_replay_adds_nothing(
 
     # a crash after the sink wrote the last batch, before Spark logged its commit: the restart
     # replays it with the same batch id, and every destination finds its blocks by key
-    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    (ckpt / "commits" / str(last)).unlink()
-    crc = ckpt / "commits" / f".{last}.crc"
-    if crc.exists():
-        crc.unlink()
+    last = drop_last_commit(ckpt)
     query = _stream(sspark, cassieq_options, src, ckpt, **extra)
     replayed = [p for p in query.recentProgress if p.batchId == last and p.numInputRows > 0]
     assert replayed, "the restarted query did not replay the batch"
