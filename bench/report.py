@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import scc_report
 from .plots import plots
+from .rows import table_row
 
 log = logging.getLogger("bench")
 
@@ -27,20 +28,7 @@ def table_rows(results: dict) -> list[dict]:
     s = results["suites"]
 
     def add(suite, what, summ, unit, base=None, base_name=None, ratio=None, digits=0):
-        rows.append(
-            {
-                "suite": suite,
-                "what": what,
-                "unit": unit,
-                "median": summ.get("median") if summ else None,
-                "min": summ.get("min") if summ else None,
-                "max": summ.get("max") if summ else None,
-                "baseline": base_name,
-                "baseline_median": base.get("median") if base else None,
-                "ratio": ratio,
-                "digits": digits,
-            }
-        )
+        rows.append(table_row(suite, what, summ, unit, base, base_name, ratio, digits))
 
     sk = s.get("sink", {})
     for size, r in (sk.get("sizes") or {}).items():

@@ -5,6 +5,8 @@ source consume+ack >= 1.0x the connector's full read."""
 
 from __future__ import annotations
 
+from .rows import table_row
+
 WRITE_GOAL = 1.5
 READ_GOAL = 1.0
 
@@ -60,20 +62,7 @@ def table_rows(results: dict) -> list[dict]:
     rows: list[dict] = []
 
     def row(suite, what, summ, base=None, base_name=None, ratio=None):
-        rows.append(
-            {
-                "suite": suite,
-                "what": what,
-                "unit": "msg/s",
-                "median": summ.get("median") if summ else None,
-                "min": summ.get("min") if summ else None,
-                "max": summ.get("max") if summ else None,
-                "baseline": base_name,
-                "baseline_median": base.get("median") if base else None,
-                "ratio": ratio,
-                "digits": 0,
-            }
-        )
+        rows.append(table_row(suite, what, summ, "msg/s", base, base_name, ratio))
 
     for size, c in (scc.get("sizes") or {}).items():
         row("scc", f"SCC 3.5.1 df.write, {size} B, default settings", c["default_write_rate"])
