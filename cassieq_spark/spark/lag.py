@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 HISTORY = 1000  # lag records kept (all queues together)
 
-__all__ = ["CassieQLagListener", "QueueLag", "lag_listener", "lag_of_source"]
+__all__ = ["CassieQLagListener", "QueueLag", "lag_listener", "lag_of_source", "lags_of_source"]
 
 
 @dataclass(frozen=True)
@@ -55,24 +55,41 @@ def _as_dict(value: Any) -> dict | None:
     return None
 
 
-def lag_of_source(source: Any, batch_id: int, query_id: str, timestamp: str) -> QueueLag | None:
-    """The lag a progress's source entry (``SourceProgress`` or its JSON dict) reports; None
-    for a source that is not cassieq's, or an older cassieq that does not report lag."""
+def lags_of_source(source: Any, batch_id: int, query_id: str, timestamp: str) -> list[QueueLag]:
+    """The lag of every queue a progress's source entry (``SourceProgress`` or its JSON dict)
+    reports: one for a source on one queue, one per queue for options ``queues`` and
+    ``queuePattern`` (``{"queues": {name: {..., "behind", "oldestAgeMs"}}}``); none for a
+    source that is not cassieq's, or an older cassieq that does not report lag."""
     latest = getattr(source, "latestOffset", None)
     if latest is None and isinstance(source, dict):
         latest = source.get("latestOffset")
     d = _as_dict(latest)
-    if d is None or "queue" not in d or "behind" not in d:
-        return None
-    age = d.get("oldestAgeMs")
-    return QueueLag(
-        queue=str(d["queue"]),
-        behind=int(d["behind"]),
-        oldest_age_s=None if age is None else int(age) / 1000.0,
-        batch_id=batch_id,
-        query_id=query_id,
-        timestamp=timestamp,
-    )
+    if d is None:
+        return []
+    several = d.get("queues")
+    entries = list(several.values()) if isinstance(several, dict) else [d]
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or "queue" not in e or "behind" not in e:
+            continue
+        age = e.get("oldestAgeMs")
+        out.append(
+            QueueLag(
+                queue=str(e["queue"]),
+                behind=int(e["behind"]),
+                oldest_age_s=None if age is None else int(age) / 1000.0,
+                batch_id=batch_id,
+                query_id=query_id,
+                timestamp=timestamp,
+            )
+        )
+    return out
+
+
+def lag_of_source(source: Any, batch_id: int, query_id: str, timestamp: str) -> QueueLag | None:
+    """The lag of the first queue :func:`lags_of_source` finds (None: none)."""
+    lags = lags_of_source(source, batch_id, query_id, timestamp)
+    return lags[0] if lags else None
 
 
 class CassieQLagListener(StreamingQueryListener):
@@ -90,10 +107,11 @@ class CassieQLagListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         p = event.progress
-        for source in p.sources:
-            lag = lag_of_source(source, p.batchId, str(p.id), p.timestamp)
-            if lag is None:
-                continue
+        for lag in (
+            lag
+            for source in p.sources
+            for lag in lags_of_source(source, p.batchId, str(p.id), p.timestamp)
+        ):
             with self._lock:
                 self.latest[lag.queue] = lag
                 self.history.append(lag)

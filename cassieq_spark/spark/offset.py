@@ -110,6 +110,15 @@ class SourceOffset:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> SourceOffset:
+        if isinstance(d, Mapping) and set(d) == {"queues"}:
+            raise CheckpointMismatchError(
+                f"the checkpoint of this query was written for the queues "
+                f"{', '.join(sorted(map(str, d['queues'] or ())))} (option 'queues' or "
+                "'queuePattern'), but the "
+                "query now reads with option 'queue'; a checkpoint keeps the offsets of the "
+                "queues it was written for. Use the same option again, or a new "
+                "checkpointLocation"
+            )
         if isinstance(d, Mapping) and set(d) == {"id", "ts"}:
             raise CheckpointMismatchError(
                 f"the checkpoint holds the offset {dict(d)!r} of an older cassieq-spark, which "
@@ -133,3 +142,52 @@ class SourceOffset:
     @classmethod
     def from_json(cls, text: str) -> SourceOffset:
         return cls.from_dict(json.loads(text))
+
+
+SEVERAL = "queues"
+ENTRY_KEYS = ("incarnation", "from", "id", "ts")
+
+
+@dataclass(frozen=True)
+class MultiOffset:
+    """The offset of a source reading several queues (options ``queues``, ``queuePattern``):
+    ``{"queues": {Q: {"incarnation": U, "from": F, "id": I, "ts": T}, ...}}``, names in sorted
+    order, each entry meaning what a :class:`SourceOffset` means for its queue. A queue absent
+    from a batch's start but present at its end joined the query with that batch: its entry
+    is where its stream begins, and the batch delivers nothing from it."""
+
+    offsets: dict[str, SourceOffset]
+
+    def to_dict(self) -> dict[str, dict[str, dict[str, str | int]]]:
+        return {
+            SEVERAL: {
+                name: {k: v for k, v in self.offsets[name].to_dict().items() if k != "queue"}
+                for name in sorted(self.offsets)
+            }
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> MultiOffset:
+        if isinstance(d, Mapping) and set(d) != {SEVERAL} and "queue" in d:
+            raise CheckpointMismatchError(
+                f"the checkpoint of this query was written for the single queue {d['queue']!r} "
+                "(option 'queue'), but the query now reads with option 'queues' or "
+                "'queuePattern'; a checkpoint keeps the offsets of the queues it was written "
+                f"for. Set option 'queue' to {d['queue']!r} again, or use a new "
+                "checkpointLocation"
+            )
+        entries = d.get(SEVERAL) if isinstance(d, Mapping) and set(d) == {SEVERAL} else None
+        if not isinstance(entries, Mapping):
+            raise ConfigError(
+                f'invalid cassieq source offset {d!r}: expected {{"queues": {{name: {{'
+                f"{', '.join(ENTRY_KEYS)}}}}}}}; the checkpoint was not written by this source"
+            )
+        offsets = {}
+        for name, entry in entries.items():
+            if not isinstance(entry, Mapping) or set(entry) != set(ENTRY_KEYS):
+                raise ConfigError(
+                    f"invalid cassieq source offset entry {name!r}: {entry!r}; expected the "
+                    f"keys {', '.join(ENTRY_KEYS)}: the checkpoint was not written by this source"
+                )
+            offsets[str(name)] = SourceOffset.from_dict({"queue": name, **entry})
+        return cls(offsets)

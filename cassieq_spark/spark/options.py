@@ -63,7 +63,11 @@ SOURCE_OPTIONS: dict[str, str] = {
     "minmessagespertrigger": "minMessagesPerTrigger",
     "maxtriggerdelay": "maxTriggerDelay",
     "failondataloss": "failOnDataLoss",
+    "queues": "queues",
+    "queuepattern": "queuePattern",
 }
+
+SEVERAL_QUEUES = ("queues", "queuepattern")  # source options naming queues beside 'queue'
 
 WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
@@ -121,10 +125,12 @@ class CommonOptions:
 
 def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonOptions:
     """``queue_column``: the sink's input names each row's queue, so option 'queue' (then
-    ``""`` when absent) is only the default for rows whose column is null."""
+    ``""`` when absent) is only the default for rows whose column is null. A source may name
+    its queues with option 'queues' or 'queuePattern' instead (``source_checks``)."""
     queue = o.get("queue")
+    several = role == "source" and any(str(o.get(k) or "").strip() for k in SEVERAL_QUEUES)
     if queue is None or not str(queue).strip():
-        if queue_column:
+        if queue_column or several:
             queue = ""
         else:
             raise ConfigError(
@@ -133,7 +139,8 @@ def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonO
                 + (
                     ", or a string column 'queue' in the input naming each row's queue"
                     if role == "sink"
-                    else ""
+                    else ", or option 'queues' (comma-separated names) or 'queuePattern' (a "
+                    "regular expression over queue names) to read several"
                 )
             )
     else:
@@ -299,6 +306,8 @@ class SourceSettings:
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
     # lost ids (see engine/lost.py) fail the query (True) or are logged as a warning
     fail_on_data_loss: bool = True
+    # which queues: option queue, queues or queuePattern (default: the one of common.queue)
+    selection: source_checks.QueueSelection = source_checks.QueueSelection(source_checks.ONE)
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -327,6 +336,13 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
     max_messages = parsed.int_option("maxMessagesPerTrigger", None, 1)
     min_messages = parsed.int_option("minMessagesPerTrigger", None, 1)
     source_checks.check_pacing(min_messages, max_messages, "maxtriggerdelay" in raw)
+    selection = source_checks.queue_selection(parsed.common.queue, raw)
+    start = (
+        source_checks.starting_position(raw["startingposition"])
+        if "startingposition" in raw
+        else None
+    )
+    source_checks.check_several(selection, start, parsed.common.create_queue)
     return SourceSettings(
         common=parsed.common,
         connection=connection,
@@ -335,35 +351,33 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         min_ids_per_partition=min_ids,
         lease_timeout=float(lease or DEFAULT_LEASE_TIMEOUT),
         consumer_id=consumer_id,
-        starting_position=(
-            source_checks.starting_position(raw["startingposition"])
-            if "startingposition" in raw
-            else None
-        ),
+        starting_position=start,
         min_messages_per_trigger=min_messages,
         max_trigger_delay=source_checks.duration(
             raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
         ),
         fail_on_data_loss=_bool(raw, "failondataloss", "failOnDataLoss", True),
+        selection=selection,
     )
 
 
-def resolve_queue(conn: Connection, common: CommonOptions) -> QueueInfo:
-    """The queue named by the options; created first with ``createQueue=true``."""
+def resolve_queue(conn: Connection, common: CommonOptions, name: str | None = None) -> QueueInfo:
+    """The queue ``name`` (default: option 'queue'); created first with ``createQueue=true``."""
+    name = name or common.queue
     schema.require_schema(conn)
     if common.create_queue:
-        info = queues.create_queue(conn, common.queue, exist_ok=True, **common.queue_settings)
+        info = queues.create_queue(conn, name, exist_ok=True, **common.queue_settings)
         if info.bucket_size != common.queue_settings.get("bucket_size", info.bucket_size):
             log.warning(
                 "queue %s already exists with bucket size %d; createQueue settings are ignored",
-                common.queue,
+                name,
                 info.bucket_size,
             )
         return info
     try:
-        return queues.get_queue(conn, common.queue)
+        return queues.get_queue(conn, name)
     except QueueNotFoundError:
         raise QueueNotFoundError(
-            f"queue {common.queue!r} does not exist in keyspace {conn.keyspace!r}; create it "
-            f"(cassieq create-queue {common.queue}) or set option createQueue=true"
+            f"queue {name!r} does not exist in keyspace {conn.keyspace!r}; create it "
+            f"(cassieq create-queue {name}) or set option createQueue=true"
         ) from None

@@ -23,6 +23,7 @@ from ..engine.buckets import split_by_bucket
 KIND_IDS = "ids"  # the id path: ids in [lo, hi) due at end_ts
 KIND_TIMERS = "timers"  # the timer path: the listed ids, if still due at end_ts and not acked
 KIND_SNAPSHOT = "snapshot"  # batch read: every unacked message in [lo, hi)
+KIND_EMPTY = "empty"  # batch read of no queue at all (a pattern that matches none)
 
 TIMER_IDS_PER_PARTITION = 2_000
 

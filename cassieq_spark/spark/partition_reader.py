@@ -19,7 +19,7 @@ from ..config import connection_from_options
 from ..engine import snapshot, stream_read
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
-from .partition import KIND_IDS, KIND_SNAPSHOT, KIND_TIMERS, CassieQPartition
+from .partition import KIND_EMPTY, KIND_IDS, KIND_SNAPSHOT, KIND_TIMERS, CassieQPartition
 from .schema import SOURCE_SCHEMA
 
 ROWS_PER_BATCH = 4096
@@ -60,6 +60,8 @@ class _BatchBuilder:
 
 def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.Delivery]:
     """(row, delivery_count) of the messages partition ``p`` delivers."""
+    if p.kind == KIND_EMPTY:
+        return iter(())
     queue = QueueInfo(name=p.queue, queue_id=uuid.UUID(p.queue_id), bucket_size=p.bucket_size)
     if p.kind == KIND_IDS:
         return stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)

@@ -1,7 +1,9 @@
 """The cassieq source: ``spark.readStream.format("cassieq")`` and ``spark.read.format("cassieq")``.
 
 This module maps Spark's stream reader onto ``engine/stream.py``, which plans, reads and acks
-batches; it holds no queue logic of its own. What maps onto what:
+batches; it holds no queue logic of its own. It reads one queue (option ``queue``) or several
+(``queues``, ``queuePattern``), each through its own ``QueueStream`` (``queue_stream.py``):
+its own offset in the query's offset, its own lease, its own acks. What maps onto what:
 
 * ``initialOffset``/``latestOffset`` are the engine's stream positions as offsets
   (``offset.py``: the queue and its incarnation added, so a checkpoint used with another queue,
@@ -41,23 +43,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine import lost, snapshot
+from ..engine import queues, schema, snapshot
 from ..engine.queues import QueueInfo
-from ..engine.session import shared_connection
-from ..engine.stream import Plan, Position, StreamConsumer
-from ..errors import ConfigError, DataLossError, QueueNotFoundError
-from .offset import SourceOffset
+from ..engine.session import Connection, shared_connection
+from ..errors import ConfigError, QueueNotFoundError
+from .offset import MultiOffset, SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
-from .partition import (
-    KIND_IDS,
-    KIND_SNAPSHOT,
-    KIND_TIMERS,
-    CassieQPartition,
-    chunks,
-    plan_ranges,
-    subtract,
-)
+from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
 from .partition_reader import read_partition
+from .queue_stream import QueueStream, shares
+from .source_checks import MATCHING
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +65,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("cassieq")``: one instance per query run on the driver, plus
     pickled copies whose only job is ``read()``."""
 
-    _LIVE = ("_queue", "_stream")
+    _LIVE = ("_streams",)
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None):
         # PySpark's streaming source runner turns an exception raised here into its own
@@ -88,11 +83,14 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict | None = None  # what initialOffset returned in this run
         self._first_plan = True
         self._last_batch_at = time.monotonic()  # pacing: the run's start, then the last batch
+        self._turn = 0  # which queue gets the larger share of maxMessagesPerTrigger
+        # AvailableNow: the queues this run ends at (queues joining later wait for the next run)
+        self._available_now: frozenset[str] | None = None
+        self._dropped: set[str] = set()  # queues no longer read, already logged
         self._reset_live()
 
     def _reset_live(self) -> None:
-        self._queue: QueueInfo | None = None
-        self._stream: StreamConsumer | None = None
+        self._streams: dict[str, QueueStream] = {}
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
@@ -101,41 +99,80 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.__dict__.update(state)
         self._reset_live()
 
-    def _connect(self) -> tuple[QueueInfo, StreamConsumer]:
-        if self._stream is None or self._queue is None:
-            conn = shared_connection(self.settings.common.connection)
-            self._queue = resolve_queue(conn, self.settings.common)
-            self._stream = StreamConsumer(
-                conn, self._queue, self.owner, self.settings.lease_timeout
-            )
-        return self._queue, self._stream
+    # -- the queues ----------------------------------------------------------------------------
 
-    def _offset(self, d: dict) -> SourceOffset:
-        """An offset of the checkpoint, checked against the queue this query reads (F24)."""
-        queue, _ = self._connect()
-        off = SourceOffset.from_dict(d)
-        off.check_queue(queue.name, queue.queue_id)
-        return off
+    def _conn(self) -> Connection:
+        return shared_connection(self.settings.common.connection)
 
-    def _check_alive(self, s: SourceOffset) -> None:
-        """The queue may have been deleted (and created again) while the query runs: fail
-        instead of consuming a dead incarnation forever (F23)."""
-        queue, st = self._connect()
-        live = st.current_incarnation()
-        if live is None:
-            raise QueueNotFoundError(
-                f"queue {queue.name!r} was deleted while this streaming query consumed it; "
-                "create it again and start the query with a new checkpointLocation"
-            )
-        s.check_queue(queue.name, live)
+    @property
+    def _pattern(self) -> bool:
+        return self.settings.selection.kind == MATCHING
 
-    def _make(self, p: Position) -> SourceOffset:
-        queue, _ = self._connect()
-        return SourceOffset(queue.name, str(queue.queue_id), p.from_id, p.id, p.ts)
+    def _names(self) -> list[str]:
+        """The queues this trigger reads: the option's, or those matching ``queuePattern`` now."""
+        sel = self.settings.selection
+        if not self._pattern:
+            return list(sel.names)
+        conn = self._conn()
+        schema.require_schema(conn)
+        return [q.name for q in queues.list_queues(conn) if sel.matches(q.name)]
 
-    @staticmethod
-    def _position(o: SourceOffset) -> Position:
-        return Position(o.from_id, o.id, o.ts)
+    def _stream(self, name: str) -> QueueStream | None:
+        """The driver side of queue ``name``; None only for a queue of a pattern that is gone
+        (a named queue that is missing fails with QueueNotFoundError)."""
+        qs = self._streams.get(name)
+        if qs is None:
+            conn = self._conn()
+            if self._pattern:
+                try:
+                    info = queues.get_queue(conn, name)
+                except QueueNotFoundError:
+                    return None
+            else:
+                info = resolve_queue(conn, self.settings.common, name)
+            qs = self._streams[name] = QueueStream(conn, info, self.settings, self.owner)
+        return qs
+
+    def _keep(self, qs: QueueStream, o: SourceOffset) -> bool:
+        """Whether the checkpoint's offset ``o`` belongs to the queue read now (F24). A named
+        queue's must (CheckpointMismatchError); a pattern's queue that was deleted and created
+        again since starts over."""
+        if not self._pattern:
+            qs.check(o)
+            return True
+        if qs.owns(o):
+            return True
+        self._drop(qs.name, "was deleted and created again; the new queue is read from its start")
+        return False
+
+    def _alive(self, qs: QueueStream, s: SourceOffset) -> bool:
+        """A queue deleted while the query runs (F23): a named one fails the query, a pattern's
+        one is no longer read."""
+        if not self._pattern:
+            qs.require_alive(s)
+            return True
+        if qs.alive():
+            return True
+        self._streams.pop(qs.name, None)
+        qs.stop()
+        self._drop(qs.name, "was deleted")
+        return False
+
+    def _drop(self, name: str, why: str) -> None:
+        if name not in self._dropped:
+            self._dropped.add(name)
+            log.warning("queue %s %s: this query no longer reads its old offset", name, why)
+
+    def _decode(self, d: dict) -> dict[str, SourceOffset]:
+        if self.settings.selection.several:
+            return dict(MultiOffset.from_dict(d).offsets)
+        return {self.settings.common.queue: SourceOffset.from_dict(d)}
+
+    def _encode(self, offsets: dict[str, SourceOffset]) -> dict:
+        if self.settings.selection.several:
+            return MultiOffset(offsets).to_dict()
+        (only,) = offsets.values()
+        return only.to_dict()
 
     # -- offsets -----------------------------------------------------------------------------------
 
@@ -145,10 +182,12 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         self._raise_init_error()
-        _, st = self._connect()
-        first = st.initial(self.settings.starting_position)
-        st.pass_losses_before(first.id)
-        self._initial = self._make(first).to_dict()
+        entries = {}
+        for name in self._names():
+            qs = self._stream(name)
+            if qs is not None:
+                entries[name] = qs.initial(self.settings.starting_position)
+        self._initial = self._encode(entries)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -167,91 +206,101 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._raise_init_error()
-        queue, st = self._connect()
-        target = self._make(st.fix_target())
-        log.info("queue %s: AvailableNow target %s", queue.name, target.to_json())
+        fixed = []
+        for name in self._names():
+            qs = self._stream(name)
+            if qs is not None:
+                target = qs.fix_target()
+                fixed.append(name)
+                log.info("queue %s: AvailableNow target %s", name, target.to_json())
+        self._available_now = frozenset(fixed)
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._raise_init_error()
-        s = self._offset(start)
-        queue, st = self._connect()
-        self._check_alive(s)
-        self._report_losses()
-        if self._first_plan:
-            self._first_plan = False
-            if self.settings.starting_position is not None and start != self._initial:
-                log.info(
-                    "queue %s: option startingPosition (%s) is ignored: the checkpoint already "
-                    "has offsets, the query resumes at id %d",
-                    queue.name,
-                    self.settings.starting_position.describe(),
-                    s.id,
-                )
+        starts = self._decode(start)
+        self._note_ignored_start(start, starts)
+        ends: dict[str, SourceOffset] = {}
+        reading: dict[str, tuple[QueueStream, SourceOffset]] = {}
+        for name in self._names():
+            qs = self._stream(name)
+            if qs is None:
+                continue  # a pattern's queue, deleted since it was listed
+            s = starts.get(name)
+            if s is not None and not self._keep(qs, s):
+                s = None
+            if s is None:
+                if self._available_now is None or name in self._available_now:
+                    # Joins with this batch (as Kafka's new partitions: from the earliest);
+                    # the batch delivers nothing from it.
+                    log.info("queue %s: read from now on, from its oldest message", name)
+                    ends[name] = qs.initial(None)
+                continue
+            if self._alive(qs, s):
+                qs.report_losses()
+                reading[name] = (qs, s)
+        for name in sorted(set(starts) - set(ends) - set(reading)):
+            self._drop(name, "is no longer among the queues of this query")
         # Spark calls this for batch N+1 only after batch N's commit log: everything below
-        # `start` is committed, so the ack the engine's planning does first can never
+        # each start is committed, so the ack each queue's planning does first can never
         # precede Spark's commit.
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is not None and max_rows >= NO_ROW_CAP:
             max_rows = None
-        plan = st.plan(self._position(s), max_rows)
-        end = s if plan.end is None or self._hold_back(limit, plan) else self._make(plan.end)
-        self._latest = self._with_lag(plan, end)
-        if end is s:
-            return s.to_dict()  # nothing new (or not enough yet): Spark runs no batch
-        self._last_batch_at = time.monotonic()
-        return end.to_dict()
+        share = shares(max_rows, list(reading), self._turn)
+        self._turn += 1
+        plans = {}
+        for name, (qs, s) in reading.items():
+            if share[name] == 0:
+                ends[name] = s  # below one message each: this queue's turn comes later
+            else:
+                plans[name] = qs.plan(s, share[name])
+        held = self._hold_back(limit, plans)
+        lags = {}
+        for name, plan in plans.items():
+            qs, s = reading[name]
+            ends[name] = s if plan.end is None or held else qs.offset(plan.end)
+            lags[name] = qs.lag(plan, ends[name])
+            if ends[name] != s:
+                self._last_batch_at = time.monotonic()
+        if self.settings.selection.several:
+            self._latest = {"queues": {n: lags[n] for n in sorted(lags)}}
+        else:
+            self._latest = next(iter(lags.values()), None)
+        return self._encode(ends)
 
-    def _report_losses(self) -> None:
-        """``failOnDataLoss``: ids repair counted as lost since the last trigger fail the query
-        (DataLossError) or are logged as a warning. Each range once: the engine claims it for
-        this run, so neither the next trigger nor a restart reports it again."""
-        queue, st = self._connect()
-        ranges = st.new_losses()
-        if not ranges:
+    def _note_ignored_start(self, start: dict, starts: dict[str, SourceOffset]) -> None:
+        if not self._first_plan:
             return
-        what = lost.describe(queue.name, ranges)
-        if self.settings.fail_on_data_loss:
-            raise DataLossError(
-                f"{what}. These messages can never be delivered. To go on, restart the query "
-                "(each lost range is reported once, so the restart continues past it), or set "
-                "option failOnDataLoss=false to log lost ids as a warning instead",
-                queue.name,
-                tuple((r.lo, r.hi, r.lost) for r in ranges),
-                "; ".join(sorted({r.cause for r in ranges})),
+        self._first_plan = False
+        if self.settings.starting_position is not None and start != self._initial:
+            log.info(
+                "option startingPosition (%s) is ignored: the checkpoint already has offsets, "
+                "the query resumes at %s",
+                self.settings.starting_position.describe(),
+                ", ".join(f"{n} id {o.id}" for n, o in sorted(starts.items())) or "no queue",
             )
-        log.warning("%s. failOnDataLoss=false: the query goes on", what)
 
-    def _with_lag(self, plan: Plan, end: SourceOffset) -> dict:
-        """The latest offset as reported in the query's progress (``sources[].latestOffset``),
-        with the lag after the batch ending at ``end``: ``behind`` (ids of the id path not in
-        a batch yet) and ``oldestAgeMs`` (how long the first of them has waited; null when
-        none does). Spark only shows it: it is never a batch's offset."""
-        _, st = self._connect()
-        first = max(end.id, plan.latest.from_id)
-        behind = max(0, plan.latest.id - first)
-        age = st.oldest_waiting_age_ms(first, plan.latest.id) if behind else None
-        return {**self._make(plan.latest).to_dict(), "behind": behind, "oldestAgeMs": age}
-
-    def _hold_back(self, limit: ReadLimit, plan: Plan) -> bool:
-        """``minMessagesPerTrigger``: no batch until that many messages are there, unless
-        ``maxTriggerDelay`` has passed since the last batch (or the run's start). Not for
-        Trigger.Once (ReadAllAvailable) nor AvailableNow (a run with a target), as Kafka's."""
+    def _hold_back(self, limit: ReadLimit, plans: dict) -> bool:
+        """``minMessagesPerTrigger``: no batch until that many messages are there (all queues
+        together), unless ``maxTriggerDelay`` has passed since the last batch (or the run's
+        start). Not for Trigger.Once (ReadAllAvailable) nor AvailableNow, as Kafka's."""
         wanted = self.settings.min_messages_per_trigger
-        _, st = self._connect()
-        if wanted is None or isinstance(limit, ReadAllAvailable) or st.target is not None:
+        if wanted is None or isinstance(limit, ReadAllAvailable) or self._available_now:
             return False
-        assert plan.end is not None
-        available = plan.latest.id - plan.end.from_id + plan.due
+        planned = [p for p in plans.values() if p.end is not None]
+        if not planned:
+            return False
+        available = sum(QueueStream.available(p) for p in planned)
         waited = time.monotonic() - self._last_batch_at
         if available >= wanted or waited >= self.settings.max_trigger_delay:
             return False
         log.debug(
-            "queue %s: %d messages available, minMessagesPerTrigger %d: no batch yet "
+            "%s: %d messages available, minMessagesPerTrigger %d: no batch yet "
             "(%.1f s of maxTriggerDelay %.1f s waited)",
-            st.queue.name,
+            self.settings.selection.describe(),
             available,
             wanted,
             waited,
@@ -262,34 +311,15 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning ------------------------------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        s, e = self._offset(start), self._offset(end)
-        queue, st = self._connect()
-        batch = st.batch(self._position(s), self._position(e))
-        if batch is None:
-            return []
-        base: dict[str, Any] = {  # fields every partition of this batch shares
-            "connection": self.settings.connection,
-            "queue": queue.name,
-            "queue_id": str(queue.queue_id),
-            "bucket_size": queue.bucket_size,
-            "end_ts": e.ts,
-        }
+        starts = self._decode(start)
         out: list[InputPartition] = []
-        if batch.hi > batch.lo:
-            for plo, phi in plan_ranges(
-                batch.lo,
-                batch.hi,
-                queue.bucket_size,
-                self.settings.max_ids_per_partition,
-                self.settings.min_ids_per_partition,
-            ):
-                mine = tuple(r for r in batch.excluded if r[0] < phi and r[1] > plo)
-                if subtract(plo, phi, mine) > 0:
-                    out.append(CassieQPartition(KIND_IDS, lo=plo, hi=phi, excluded=mine, **base))
-        for chunk in chunks(batch.timer_ids):
-            mine = tuple(r for r in batch.timer_excluded if r[0] <= chunk[-1] and r[1] > chunk[0])
-            out.append(CassieQPartition(KIND_TIMERS, ids=chunk, excluded=mine, **base))
-        log.debug("queue %s: batch %s..%s in %d partitions", queue.name, start, end, len(out))
+        for name, e in self._decode(end).items():
+            s = starts.get(name)
+            if s is None:
+                continue  # joined with this batch: nothing of it is delivered
+            qs = self._stream(name)
+            if qs is not None and self._keep(qs, s) and self._keep(qs, e):
+                out.extend(qs.partitions(s, e))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -298,31 +328,42 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- acking ----------------------------------------------------------------------------------------
 
     def commit(self, end: dict) -> None:
-        self.ack_through(self._offset(end))
-
-    def ack_through(self, e: SourceOffset) -> None:
-        """Ack what the committed batch ending at ``e`` delivered (``engine/stream_ack.py``).
-        Idempotent; fenced by the lease: QueueBusyError once another run took it over."""
-        _, st = self._connect()
-        st.ack_through(self._position(e))
+        """Ack what the committed batch ending at ``end`` delivered, queue by queue
+        (``engine/stream_ack.py``). Idempotent; fenced by each queue's lease: QueueBusyError
+        once another run took it over."""
+        for name, e in self._decode(end).items():
+            qs = self._stream(name)
+            if qs is not None and self._keep(qs, e):
+                qs.ack_through(e)
 
     def stop(self) -> None:
-        if self._stream is not None:
-            self._stream.lease.release()
+        for qs in self._streams.values():
+            qs.stop()
 
 
 # -- the batch reader ------------------------------------------------------------------------------------
 
 
 class CassieQBatchReader(DataSourceReader):
-    """``spark.read.format("cassieq")``: a snapshot of the queue's unacked messages. Acks nothing."""
+    """``spark.read.format("cassieq")``: a snapshot of the unacked messages of the queue (or
+    queues, options ``queues``/``queuePattern``). Acks nothing."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None):
         self.settings = parse_source_settings(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         conn = shared_connection(self.settings.common.connection)
-        queue = resolve_queue(conn, self.settings.common)
+        sel = self.settings.selection
+        if sel.kind == MATCHING:
+            schema.require_schema(conn)
+            found = [q for q in queues.list_queues(conn) if sel.matches(q.name)]
+        else:
+            found = [resolve_queue(conn, self.settings.common, name) for name in sel.names]
+        out = [p for queue in found for p in self._snapshot(conn, queue)]
+        # Spark wants at least one partition, even when no queue matches.
+        return out or [CassieQPartition(KIND_EMPTY, self.settings.connection, "", "", 1)]
+
+    def _snapshot(self, conn: Connection, queue: QueueInfo) -> list[CassieQPartition]:
         snap = snapshot.take(conn, queue)
         base: dict[str, Any] = {
             "connection": self.settings.connection,
@@ -337,9 +378,7 @@ class CassieQBatchReader(DataSourceReader):
             queue.bucket_size,
             self.settings.max_ids_per_partition,
             self.settings.min_ids_per_partition,
-        )
-        if not ranges:
-            ranges = [(snap.lo, snap.lo)]  # Spark wants at least one partition
+        ) or [(snap.lo, snap.lo)]
         return [CassieQPartition(KIND_SNAPSHOT, lo=a, hi=b, **base) for a, b in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -1,14 +1,82 @@
-"""Checking the source options that need more than a number: ``startingPosition`` and
-``maxTriggerDelay`` (called from ``options.parse_source_settings``, the one place options are
-checked). Each error names the option, what it got and what is allowed."""
+"""Checking the source options that need more than a number: which queues (``queue``,
+``queues``, ``queuePattern``), ``startingPosition`` and ``maxTriggerDelay`` (called from
+``options.parse_source_settings``, the one place options are checked). Each error names the
+option, what it got and what is allowed."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from ..engine.stream_start import AT_ID, AT_TIMESTAMP, EARLIEST, LATEST, StartingPosition
 from ..errors import ConfigError
+from ..validate import queue_name
+
+ONE = "queue"  # option queue: one queue, the offset of one queue (the format since 0.1)
+LISTED = "queues"  # option queues: the listed queues, one offset per queue
+MATCHING = "queuePattern"  # option queuePattern: every queue whose name matches, as they come
+
+
+@dataclass(frozen=True)
+class QueueSelection:
+    """Which queues a source reads. ``names``: the queue (``ONE``) or the listed ones
+    (``LISTED``); ``pattern``: the regular expression a name must match whole (``MATCHING``)."""
+
+    kind: str
+    names: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    @property
+    def several(self) -> bool:
+        """Offsets name each queue (``{"queues": {...}}``), even for a list of one."""
+        return self.kind != ONE
+
+    def matches(self, name: str) -> bool:
+        if self.kind == MATCHING:
+            return re.fullmatch(self.pattern or "", name) is not None
+        return name in self.names
+
+    def describe(self) -> str:
+        if self.kind == MATCHING:
+            return f"queues matching {self.pattern!r}"
+        return ", ".join(repr(n) for n in self.names)
+
+
+def queue_selection(queue: str, raw: dict[str, str]) -> QueueSelection:
+    """Exactly one of option ``queue`` (already checked, ``""`` when absent), ``queues``
+    (comma-separated names) and ``queuePattern`` (a regular expression)."""
+    listed, pattern = raw.get("queues"), raw.get("queuepattern")
+    given = [
+        name
+        for name, value in (("queue", queue), ("queues", listed), ("queuePattern", pattern))
+        if value is not None and str(value).strip()
+    ]
+    if len(given) != 1:
+        raise ConfigError(
+            "the cassieq source reads option 'queue' (one queue), 'queues' (comma-separated "
+            "names) or 'queuePattern' (a regular expression over queue names): set exactly one"
+            + (f", got {', '.join(given)}" if given else "")
+        )
+    if queue:
+        return QueueSelection(ONE, (queue,))
+    if listed is not None and str(listed).strip():
+        names = [n.strip() for n in str(listed).split(",")]
+        for n in names:
+            queue_name(n, "queue name in option 'queues'")
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise ConfigError(f"option 'queues' names {', '.join(doubled)} more than once")
+        return QueueSelection(LISTED, tuple(names))
+    try:
+        re.compile(str(pattern))
+    except re.error as exc:
+        raise ConfigError(
+            f"option 'queuePattern' must be a regular expression (Python re syntax, matched "
+            f"against whole queue names): {exc}; got {pattern!r}"
+        ) from None
+    return QueueSelection(MATCHING, (), str(pattern))
+
 
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds, as Kafka's maxTriggerDelay
 
@@ -83,4 +151,21 @@ def check_pacing(min_messages: int | None, max_messages: int | None, delay_given
         raise ConfigError(
             "option 'maxTriggerDelay' only applies with 'minMessagesPerTrigger' (how long a "
             "trigger may wait for that many messages); set both or neither"
+        )
+
+
+def check_several(
+    selection: QueueSelection, start: StartingPosition | None, create_queue: bool
+) -> None:
+    """What only makes sense for one queue, or for named ones."""
+    if selection.several and start is not None and start.kind == AT_ID:
+        raise ConfigError(
+            f"option 'startingPosition' {{\"id\": N}} names an id of one queue, but option "
+            f"'{selection.kind}' reads several; use earliest, latest or "
+            '{"timestamp": T}, which mean the same in every queue'
+        )
+    if selection.kind == MATCHING and create_queue:
+        raise ConfigError(
+            "option 'createQueue' cannot create the queues of a 'queuePattern' (which names "
+            "would it create?); create them first, or list them with option 'queues'"
         )

@@ -1,0 +1,173 @@
+"""One queue of a streaming query, on the driver: its offsets, its plan, its partitions, its
+acks and its lease (``engine/stream.py`` does the queue work). ``source.py`` holds one per
+queue it reads; a query on one queue has exactly one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+from ..engine import lost
+from ..engine.queues import QueueInfo
+from ..engine.session import Connection
+from ..engine.stream import Plan, Position, StreamConsumer
+from ..engine.stream_start import StartingPosition
+from ..errors import DataLossError, QueueNotFoundError
+from .offset import SourceOffset
+from .options import SourceSettings
+from .partition import KIND_IDS, KIND_TIMERS, CassieQPartition, chunks, plan_ranges, subtract
+
+log = logging.getLogger(__name__)
+
+
+class QueueStream:
+    """The driver side of one queue of one query run."""
+
+    def __init__(self, conn: Connection, queue: QueueInfo, settings: SourceSettings, owner: str):
+        self.queue = queue
+        self.settings = settings
+        self.consumer = StreamConsumer(conn, queue, owner, settings.lease_timeout)
+
+    @property
+    def name(self) -> str:
+        return self.queue.name
+
+    def offset(self, p: Position) -> SourceOffset:
+        return SourceOffset(self.queue.name, str(self.queue.queue_id), p.from_id, p.id, p.ts)
+
+    @staticmethod
+    def position(o: SourceOffset) -> Position:
+        return Position(o.from_id, o.id, o.ts)
+
+    def owns(self, o: SourceOffset) -> bool:
+        """``o`` was written for this queue in this incarnation."""
+        return o.queue == self.queue.name and o.incarnation == str(self.queue.queue_id)
+
+    def check(self, o: SourceOffset) -> SourceOffset:
+        """An offset of the checkpoint, checked against this queue (F24)."""
+        o.check_queue(self.queue.name, self.queue.queue_id)
+        return o
+
+    def alive(self) -> bool:
+        """The queue still exists in the incarnation this run reads (F23: it may have been
+        deleted, and created again, while the query ran)."""
+        return self.consumer.current_incarnation() == self.queue.queue_id
+
+    def require_alive(self, s: SourceOffset) -> None:
+        live = self.consumer.current_incarnation()
+        if live is None:
+            raise QueueNotFoundError(
+                f"queue {self.queue.name!r} was deleted while this streaming query consumed it; "
+                "create it again and start the query with a new checkpointLocation"
+            )
+        s.check_queue(self.queue.name, live)
+
+    # -- positions -----------------------------------------------------------------------------
+
+    def initial(self, start: StartingPosition | None) -> SourceOffset:
+        first = self.consumer.initial(start)
+        self.consumer.pass_losses_before(first.id)
+        return self.offset(first)
+
+    def fix_target(self) -> SourceOffset:
+        return self.offset(self.consumer.fix_target())
+
+    @property
+    def has_target(self) -> bool:
+        return self.consumer.target is not None
+
+    def plan(self, s: SourceOffset, max_rows: int | None) -> Plan:
+        """Acks the batch ending at ``s`` (committed), then plans the next one."""
+        return self.consumer.plan(self.position(s), max_rows)
+
+    @staticmethod
+    def available(plan: Plan) -> int:
+        """Messages the planned batch could deliver (for ``minMessagesPerTrigger``)."""
+        if plan.end is None:
+            return 0
+        return plan.latest.id - plan.end.from_id + plan.due
+
+    def lag(self, plan: Plan, end: SourceOffset) -> dict[str, Any]:
+        """The latest offset with the lag after the batch ending at ``end``: ``behind`` (ids of
+        the id path not in a batch yet) and ``oldestAgeMs`` (how long the first of them has
+        waited; null when none does)."""
+        first = max(end.id, plan.latest.from_id)
+        behind = max(0, plan.latest.id - first)
+        age = self.consumer.oldest_waiting_age_ms(first, plan.latest.id) if behind else None
+        return {**self.offset(plan.latest).to_dict(), "behind": behind, "oldestAgeMs": age}
+
+    def report_losses(self) -> None:
+        """``failOnDataLoss``: ids repair counted as lost since the last trigger fail the query
+        (DataLossError) or are logged as a warning. Each range once: the engine claims it for
+        this run, so neither the next trigger nor a restart reports it again."""
+        ranges = self.consumer.new_losses()
+        if not ranges:
+            return
+        what = lost.describe(self.queue.name, ranges)
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. These messages can never be delivered. To go on, restart the query "
+                "(each lost range is reported once, so the restart continues past it), or set "
+                "option failOnDataLoss=false to log lost ids as a warning instead",
+                self.queue.name,
+                tuple((r.lo, r.hi, r.lost) for r in ranges),
+                "; ".join(sorted({r.cause for r in ranges})),
+            )
+        log.warning("%s. failOnDataLoss=false: the query goes on", what)
+
+    # -- the batch -------------------------------------------------------------------------------
+
+    def partitions(self, s: SourceOffset, e: SourceOffset) -> list[InputPartition]:
+        """The Spark tasks of this queue's part of the batch ``(s, e]``."""
+        batch = self.consumer.batch(self.position(s), self.position(e))
+        if batch is None:
+            return []
+        q = self.queue
+        base: dict[str, Any] = {  # fields every partition of this batch shares
+            "connection": self.settings.connection,
+            "queue": q.name,
+            "queue_id": str(q.queue_id),
+            "bucket_size": q.bucket_size,
+            "end_ts": e.ts,
+        }
+        out: list[InputPartition] = []
+        if batch.hi > batch.lo:
+            for plo, phi in plan_ranges(
+                batch.lo,
+                batch.hi,
+                q.bucket_size,
+                self.settings.max_ids_per_partition,
+                self.settings.min_ids_per_partition,
+            ):
+                mine = tuple(r for r in batch.excluded if r[0] < phi and r[1] > plo)
+                if subtract(plo, phi, mine) > 0:
+                    out.append(CassieQPartition(KIND_IDS, lo=plo, hi=phi, excluded=mine, **base))
+        for chunk in chunks(batch.timer_ids):
+            mine = tuple(r for r in batch.timer_excluded if r[0] <= chunk[-1] and r[1] > chunk[0])
+            out.append(CassieQPartition(KIND_TIMERS, ids=chunk, excluded=mine, **base))
+        log.debug("queue %s: batch %s..%s in %d partitions", q.name, s, e, len(out))
+        return out
+
+    def ack_through(self, e: SourceOffset) -> None:
+        """Ack what the committed batch ending at ``e`` delivered (``engine/stream_ack.py``).
+        Idempotent; fenced by the lease: QueueBusyError once another run took it over."""
+        self.consumer.ack_through(self.position(e))
+
+    def stop(self) -> None:
+        self.consumer.lease.release()
+
+
+def shares(max_rows: int | None, names: list[str], turn: int) -> dict[str, int | None]:
+    """``maxMessagesPerTrigger`` split between queues: equal shares (differing by one), the
+    larger ones going round from trigger to trigger so that no queue waits for ever when the
+    limit is below the number of queues. A share of 0 means: not this trigger."""
+    if max_rows is None:
+        return dict.fromkeys(names)
+    n = len(names)
+    if n == 0:
+        return {}
+    base, extra = divmod(max_rows, n)
+    order = names[turn % n :] + names[: turn % n]
+    return {name: base + (1 if i < extra else 0) for i, name in enumerate(order)}
