@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from cassieq_spark.errors import CheckpointMismatchError, ConfigError
-from cassieq_spark.spark.offset import SourceOffset
+from cassieq_spark.spark.offset import MultiOffset, SourceOffset
+from cassieq_spark.spark.queue_stream import shares
 
 QID = "0b5c0c8e-3d4f-4f43-9a7e-5d7f4a0f3e21"
 
@@ -70,3 +71,56 @@ def test_covers_is_by_id_and_time():
     assert a.covers(SourceOffset("q", QID, 0, 3, 5))
     assert not a.covers(SourceOffset("q", QID, 0, 4, 5))
     assert not a.covers(SourceOffset("q", QID, 0, 2, 10))
+
+
+# -- several queues (options queues, queuePattern) -------------------------------------------------
+
+QID2 = "7a1c2d3e-4f50-4a6b-8c9d-0e1f2a3b4c5d"
+
+
+def test_multi_offset_names_each_queue_in_sorted_order():
+    off = MultiOffset(
+        {"b": SourceOffset("b", QID2, 1, 2, 3), "a": SourceOffset("a", QID, 4, 5, 6)}
+    )
+    d = off.to_dict()
+    assert json.dumps(d) == (
+        f'{{"queues": {{"a": {{"incarnation": "{QID}", "from": 4, "id": 5, "ts": 6}}, '
+        f'"b": {{"incarnation": "{QID2}", "from": 1, "id": 2, "ts": 3}}}}}}'
+    )
+    assert MultiOffset.from_dict(json.loads(json.dumps(d))) == off
+    assert MultiOffset.from_dict({"queues": {}}).to_dict() == {"queues": {}}
+
+
+def test_checkpoints_of_one_queue_and_of_several_are_not_mixed():
+    single = SourceOffset("events", QID, 1, 2, 3).to_dict()
+    with pytest.raises(CheckpointMismatchError, match="single queue 'events'.*option 'queues'"):
+        MultiOffset.from_dict(single)
+    several = MultiOffset({"a": SourceOffset("a", QID, 1, 2, 3)}).to_dict()
+    with pytest.raises(CheckpointMismatchError, match="queues a .*now reads with option 'queue'"):
+        SourceOffset.from_dict(several)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"queues": []},
+        {"queues": {"a": {"id": 1}}},
+        {"queues": {"a": {"incarnation": QID, "from": 1, "id": "2", "ts": 3}}},
+        {"queues": {}, "id": 1},
+    ],
+)
+def test_bad_multi_offsets_are_refused(bad):
+    with pytest.raises(ConfigError, match="invalid cassieq source offset"):
+        MultiOffset.from_dict(bad)
+
+
+def test_row_cap_shares_go_round():
+    names = ["a", "b", "c"]
+    assert shares(None, names, 0) == {"a": None, "b": None, "c": None}
+    assert shares(10, names, 0) == {"a": 4, "b": 3, "c": 3}
+    assert shares(10, names, 1) == {"b": 4, "c": 3, "a": 3}
+    assert sum(shares(10, names, 5).values()) == 10
+    # below one message per queue: each queue gets its turn within len(names) triggers
+    turns = [shares(1, names, t) for t in range(3)]
+    assert [next(n for n, v in s.items() if v) for s in turns] == ["a", "b", "c"]
+    assert shares(5, [], 0) == {}

@@ -57,3 +57,38 @@ def test_pacing_defaults_and_durations():
 def test_bad_pacing_options(extra, message):
     with pytest.raises(ConfigError, match=message):
         settings(**extra)
+
+
+# -- which queues: queue, queues, queuePattern -------------------------------------------------
+
+
+def test_queue_selections():
+    one = parse_source_settings({"queue": "q"}).selection
+    assert (one.kind, one.names, one.several) == ("queue", ("q",), False)
+    listed = parse_source_settings({"queues": " a, b ,c"}).selection
+    assert (listed.kind, listed.names, listed.several) == ("queues", ("a", "b", "c"), True)
+    assert parse_source_settings({"queues": "a"}).selection.several  # a list of one: by name
+    pattern = parse_source_settings({"queuePattern": "orders_.*"}).selection
+    assert pattern.several and pattern.matches("orders_eu") and not pattern.matches("xorders_eu")
+    assert not pattern.matches("orders")  # the whole name must match
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "option 'queue' is required.*'queues'.*'queuePattern'"),
+        ({"queue": "a", "queues": "b"}, "set exactly one, got queue, queues"),
+        ({"queues": "a", "queuePattern": "b"}, "set exactly one, got queues, queuePattern"),
+        ({"queues": "a,,b"}, "invalid queue name in option 'queues'"),
+        ({"queues": "a,b,a"}, "option 'queues' names a more than once"),
+        ({"queuePattern": "(a"}, "option 'queuePattern' must be a regular expression"),
+        (
+            {"queues": "a,b", "startingPosition": '{"id": 4}'},
+            r"'startingPosition' \{\"id\": N\} names an id of one queue",
+        ),
+        ({"queuePattern": "a.*", "createQueue": "true"}, "'createQueue' cannot create"),
+    ],
+)
+def test_bad_queue_selections_name_the_option(options, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_source_settings(options)
