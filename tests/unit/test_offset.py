@@ -79,9 +79,7 @@ QID2 = "7a1c2d3e-4f50-4a6b-8c9d-0e1f2a3b4c5d"
 
 
 def test_multi_offset_names_each_queue_in_sorted_order():
-    off = MultiOffset(
-        {"b": SourceOffset("b", QID2, 1, 2, 3), "a": SourceOffset("a", QID, 4, 5, 6)}
-    )
+    off = MultiOffset({"b": SourceOffset("b", QID2, 1, 2, 3), "a": SourceOffset("a", QID, 4, 5, 6)})
     d = off.to_dict()
     assert json.dumps(d) == (
         f'{{"queues": {{"a": {{"incarnation": "{QID}", "from": 4, "id": 5, "ts": 6}}, '
