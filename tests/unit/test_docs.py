@@ -142,16 +142,23 @@ def test_exclusion_markers_are_explicit_and_give_a_reason() -> None:
     assert not loose, f"use <!-- not-run: reason --> just before the block: {loose}"
 
 
-def test_every_spark_option_is_documented() -> None:
-    page = (ROOT / "docs" / "spark.md").read_text(encoding="utf-8")
+def test_every_spark_option_is_in_the_readme_option_table() -> None:
+    """Issue 16: one table, Kafka-guide style (option, value, default, meaning, query type)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Spark options\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert rows, "the README has no Spark options table"
+    cells = [line.strip().strip("|").split("|") for line in rows]
+    assert all(len(c) == 5 and all(x.strip() for x in c) for c in cells), "five cells each"
+    in_table = {name for c in cells for name in re.findall(r"`(\w+)`", c[0])}
     names = {
         *spark_options.COMMON_OPTIONS.values(),
         *spark_options.QUEUE_SETTING_OPTIONS.values(),
         *spark_options.SINK_OPTIONS.values(),
         *spark_options.SOURCE_OPTIONS.values(),
     } - {"path"}  # Spark's own, never given by users
-    missing = sorted(n for n in names if f"`{n}`" not in page)
-    assert not missing, f"docs/spark.md does not mention these options: {missing}"
+    assert not sorted(names - in_table), f"missing from the table: {sorted(names - in_table)}"
+    assert not sorted(in_table - names), f"not options: {sorted(in_table - names)}"
 
 
 def test_every_cassieq_subcommand_is_documented() -> None:
