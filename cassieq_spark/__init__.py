@@ -49,7 +49,7 @@ __all__ = [
 def __getattr__(name: str):
     # The Spark data source needs pyspark; load it only when asked for, so the client and the
     # CLI work without pyspark.
-    if name in ("CassieQDataSource", "register"):
+    if name in ("CassieQDataSource", "dead_letter", "register"):
         from . import spark as _spark
 
         return getattr(_spark, name)

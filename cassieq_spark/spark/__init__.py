@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dead_letter import dead_letter
 from .lag import CassieQLagListener, QueueLag, lag_listener
 from .provider import CassieQDataSource
 
@@ -28,6 +29,7 @@ __all__ = [
     "CassieQDataSource",
     "CassieQLagListener",
     "QueueLag",
+    "dead_letter",
     "lag_listener",
     "register",
 ]

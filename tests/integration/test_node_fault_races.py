@@ -91,7 +91,7 @@ def test_lease_renewal_not_applied_keeps_the_lease(queue_client, queue_name, dri
     d = drivers(queue_name, consumerId="race2")
     d.start()
     assert d.batch() == ids
-    lease = d.reader._stream.lease
+    lease = d.reader._streams[queue_name].consumer.lease
     rule = faults.inject(faults.TIMEOUT_BEFORE, RENEWAL)
     lease.renew()
     assert rule.hits == 1
@@ -114,7 +114,7 @@ def test_lease_renewal_applied_late_is_still_ours(queue_client, queue_name, driv
     d = drivers(queue_name, consumerId="race3")
     d.start()
     assert d.batch() == ids
-    lease = d.reader._stream.lease
+    lease = d.reader._streams[queue_name].consumer.lease
     token = lease.token
     set_lease_until(queue_client, q, "stream:race3", renewal_with_unknown_outcome(lease))
     d.commit()
@@ -138,7 +138,7 @@ def test_pointer_move_meeting_a_late_renewal_adopts_it(queue_client, queue_name,
     q = queue_client.get_queue(queue_name)
     d = drivers(queue_name, consumerId="race4")
     d.start()
-    lease = d.reader._stream.lease
+    lease = d.reader._streams[queue_name].consumer.lease
     late = renewal_with_unknown_outcome(lease)
     set_lease_until(queue_client, q, "stream:race4", late)
     assert lease.advance("reader", 0) is False  # already there: nothing to move

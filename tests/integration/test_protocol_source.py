@@ -336,7 +336,7 @@ def test_f21_renewal_racing_with_stop_does_not_take_the_lease_back(
     queue_client.create_queue(queue_name)
     d = drivers(queue_name, consumerId="r21", leaseTimeout=3)
     d.start()
-    lease = d.reader._stream.lease
+    lease = d.reader._streams[queue_name].consumer.lease
     inside, release_called = threading.Event(), threading.Event()
 
     def slow_renewal(**_):
@@ -374,10 +374,12 @@ def test_f21_recorded_abandoned_ranges_are_pruned(queue_client, queue_name, driv
     d = drivers(queue_name, consumerId="r21b")
     d.start()
     assert d.batch() == before + after
-    assert d.reader._stream._recorded  # handed to repair, remembered while it matters
+    assert d.reader._streams[
+        queue_name
+    ].consumer._recorded  # handed to repair, remembered while it matters
     queue_client.put_many(queue_name, [b"c"] * 3)
     assert len(d.batch()) == 3
-    assert d.reader._stream._recorded == set()
+    assert d.reader._streams[queue_name].consumer._recorded == set()
 
 
 # -- F29: the batch time is Cassandra's, not the driver's -----------------------------------------

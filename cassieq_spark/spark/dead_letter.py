@@ -1,0 +1,109 @@
+"""Dead letters from inside a query: ``dead_letter(rows, ...)`` turns rows a query rejects
+into messages for their queues' dead-letter queues, written by the sink.
+
+The returned DataFrame has the sink's columns: ``value``, ``headers`` (the message's own, plus
+its origin queue, origin id, delivery count and the reason, under the same header names the
+client's dead-lettering uses) and ``queue`` (the origin queue's dead-letter queue, so the
+sink's routing sends each row to the right one, also for a query on several queues). Written
+with the sink inside ``foreachBatch`` with a ``writeId`` of the batch id, a replayed batch
+writes each dead letter once; the originals are acked with the batch, as every delivered
+message is, so a rejected message ends up in the dead-letter queue only::
+
+    def process(batch, batch_id):
+        bad = batch.where(...).withColumn("reason", ...)
+        (dead_letter(bad, reason_col="reason", **conn)
+            .write.format("cassieq").options(**conn)
+            .option("writeId", f"orders-dlq-{batch_id}").mode("append").save())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ..config import connection_from_options
+from ..engine import queues, schema
+from ..engine.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from ..engine.session import shared_connection
+from ..errors import ConfigError
+
+HEADER_REASON = "cassieq-reason"
+PROVENANCE = (HEADER_ORIGIN_QUEUE, HEADER_ORIGIN_ID, HEADER_DELIVERY_COUNT, HEADER_REASON)
+NEEDED = ("id", "value")
+
+__all__ = ["HEADER_REASON", "dead_letter"]
+
+
+def dead_letter(
+    rows: DataFrame,
+    reason_col: str = "reason",
+    queue: str | None = None,
+    **options: Any,
+) -> DataFrame:
+    """``rows``: rows of the cassieq source (``id``, ``value``, and ``headers``,
+    ``delivery_count``, ``queue`` if present) with a reason column ``reason_col``; ``queue``:
+    their origin queue when ``rows`` has no ``queue`` column; ``options``: the connection
+    options (as for the sink), used to look up each queue's dead-letter queue. A row whose
+    queue has no dead-letter queue fails the write with a message naming it."""
+    cols = set(rows.columns)
+    missing = [c for c in (*NEEDED, reason_col) if c not in cols]
+    if missing:
+        raise ConfigError(
+            f"dead_letter needs the column(s) {', '.join(missing)}: rows as the cassieq "
+            f"source yields them (id, value, headers, delivery_count, queue) and the reason "
+            f"column {reason_col!r} (argument reason_col)"
+        )
+    if "queue" not in cols and queue is None:
+        raise ConfigError(
+            "dead_letter needs the origin queue: a 'queue' column (the source has one) or the "
+            "argument queue='...'"
+        )
+    origin = F.col("queue") if "queue" in cols else F.lit(queue)
+    if "queue" in cols and queue is not None:
+        origin = F.coalesce(F.col("queue"), F.lit(queue))
+    dlq = _dead_letter_queues(options)
+    target = F.element_at(dlq, origin) if dlq is not None else F.lit(None).cast("string")
+    target = F.when(
+        target.isNull(),
+        F.raise_error(
+            F.concat(
+                F.lit("dead_letter: queue "),
+                F.coalesce(origin, F.lit("(null)")),
+                F.lit(
+                    " has no dead-letter queue (or does not exist); create it with "
+                    "dead_letter_queue=... (cassieq create-queue --dead-letter-queue)"
+                ),
+            )
+        ),
+    ).otherwise(target)
+    own = F.col("headers") if "headers" in cols else F.create_map().cast("map<string,string>")
+    own = F.map_filter(F.coalesce(own, F.create_map()), lambda k, _v: ~k.isin(*PROVENANCE))
+    count = F.col("delivery_count") if "delivery_count" in cols else F.lit(0)
+    provenance = F.create_map(
+        F.lit(HEADER_ORIGIN_QUEUE),
+        origin,
+        F.lit(HEADER_ORIGIN_ID),
+        F.col("id").cast("string"),
+        F.lit(HEADER_DELIVERY_COUNT),
+        F.coalesce(count, F.lit(0)).cast("string"),
+        F.lit(HEADER_REASON),
+        F.coalesce(F.col(reason_col).cast("string"), F.lit("")),
+    )
+    return rows.select(
+        F.col("value"),
+        F.map_concat(own, provenance).alias("headers"),
+        target.alias("queue"),
+    )
+
+
+def _dead_letter_queues(options: Mapping[str, Any]) -> Column | None:
+    """Every queue's dead-letter queue, as a map column (one read of the queue table)."""
+    conn = shared_connection(connection_from_options({k: str(v) for k, v in options.items()}))
+    schema.require_schema(conn)
+    pairs = [(q.name, q.dead_letter_queue) for q in queues.list_queues(conn) if q.dead_letter_queue]
+    if not pairs:
+        return None
+    return F.create_map(*[F.lit(x) for pair in pairs for x in pair])
