@@ -159,8 +159,8 @@ def _ours(client: QueueClient, s: TimingSession, n: int) -> list[dict]:
 
     out.append(measure("ack", s, n, n, ack_all))
     calls = max(3, n // 20)
-    for _ in range(0, calls * BATCH, 1000):
-        client.put_many(queue, [PAYLOAD] * 1000)
+    for i in range(0, calls * BATCH, 1000):
+        client.put_many(queue, [PAYLOAD] * min(1000, calls * BATCH - i))
     taken: list[str] = []
 
     def get_many() -> None:
