@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
     )
+    try:
+        written = _run(args, cfg, only, stamp, out_dir, prof_dir)
+    finally:
+        shutil.rmtree(prof_dir, ignore_errors=True)
+    print("written: " + ", ".join(written))
+    return 0
+
+
+def _run(
+    args, cfg: BenchConfig, only: list[str], stamp: str, out_dir: Path, prof_dir: str
+) -> list[str]:
     spark = None
     written = []
     commit = subprocess.run(
@@ -117,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         written.append(str(path))
     if spark is not None:
         spark.stop()
-    print("written: " + ", ".join(written))
-    return 0
+    return written
 
 
 if __name__ == "__main__":
