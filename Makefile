@@ -12,7 +12,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: soak test-cluster-faults spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick \
+.PHONY: soak test-cluster-faults spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick bench-profile \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -99,6 +99,10 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m bench.run --quick
+
+# Where each path's time goes (bench/profile_run.py): bench/results/profile-<stamp>-*.txt.
+bench-profile: setup
+	nice -n 10 $(PY) -m bench.profile_run --port $(CASSANDRA_PORT)
 
 # A wheel and an sdist in dist/ (the wheel is built from the sdist, so both are checked).
 dist: setup
