@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 log = logging.getLogger("bench")
 
@@ -185,10 +186,10 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def run_available_now(writer, what: str) -> dict:
+def run_available_now_progress(writer, what: str) -> tuple[float, list[dict]]:
     """Start an ``AvailableNow`` query from a configured ``DataStreamWriter`` (checkpoint in a
-    temporary directory), wait for it and sum its progress: rows, wall seconds, and the seconds
-    spent in ``addBatch`` (the sink's write) and in whole triggers."""
+    temporary directory) and wait for it: its wall seconds (query start included) and every
+    trigger's progress as a dict."""
     import shutil
     import tempfile
 
@@ -200,17 +201,44 @@ def run_available_now(writer, what: str) -> dict:
         wall = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"{what} query failed: {q.exception()}")
-        progress = q.recentProgress
-
-        def ms(key: str) -> float:
-            return sum(p["durationMs"].get(key, 0) for p in progress) / 1000.0
-
-        return {
-            "rows": sum(p["numInputRows"] for p in progress),
-            "wall": wall,
-            "add_batch": ms("addBatch"),
-            "batch_seconds": ms("triggerExecution"),
-            "batches": len(progress),
-        }
+        return wall, list(q.recentProgress)
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def run_available_now(writer, what: str) -> dict:
+    """``run_available_now_progress`` summed: rows, wall seconds, and the seconds spent in
+    ``addBatch`` (the sink's write) and in whole triggers."""
+    wall, progress = run_available_now_progress(writer, what)
+
+    def ms(key: str) -> float:
+        return sum(p["durationMs"].get(key, 0) for p in progress) / 1000.0
+
+    return {
+        "rows": sum(p["numInputRows"] for p in progress),
+        "wall": wall,
+        "add_batch": ms("addBatch"),
+        "batch_seconds": ms("triggerExecution"),
+        "batches": len(progress),
+    }
+
+
+def add_cassandra_args(ap) -> None:
+    """The bench commands' options for where Cassandra is (CASSIEQ_CONTACT_POINTS,
+    CASSIEQ_PORT) and where results go."""
+    ap.add_argument(
+        "--contact-points", default=os.environ.get("CASSIEQ_CONTACT_POINTS", "127.0.0.1")
+    )
+    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSIEQ_PORT", "9042")))
+    root = Path(__file__).resolve().parents[1]
+    ap.add_argument("--results-dir", default=str(root / "bench" / "results"))
+
+
+def log_to_stderr() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("cassandra", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

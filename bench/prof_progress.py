@@ -52,23 +52,3 @@ def format_split(title: str, s: dict) -> str:
         f"  (rest of triggerExecution, outside the named fields: {100 * s['unnamed_share']:.1f}%)"
     )
     return "\n".join(lines)
-
-
-def run_available_now(writer, what: str) -> tuple[float, list[dict]]:
-    """Start an AvailableNow query (checkpoint in a temporary directory), wait for it; its
-    wall seconds (query start included) and every trigger's progress as a dict."""
-    import shutil
-    import tempfile
-    import time
-
-    ckpt = tempfile.mkdtemp(prefix="bench-prof-ckpt-")
-    try:
-        t0 = time.perf_counter()
-        q = writer.option("checkpointLocation", ckpt).trigger(availableNow=True).start()
-        q.awaitTermination()
-        wall = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(f"{what} query failed: {q.exception()}")
-        return wall, list(q.recentProgress)
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
 import os
 import shutil
 import subprocess
@@ -29,7 +28,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import BenchConfig, ensure_cassandra, ensure_keyspace, spark_session
+from .common import (
+    BenchConfig,
+    add_cassandra_args,
+    ensure_cassandra,
+    ensure_keyspace,
+    log_to_stderr,
+    spark_session,
+)
 from .machine import ROOT
 
 PATHS = ("paths", "sink", "source", "latency")
@@ -43,19 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=50_000, help="rows for the sink and source")
     ap.add_argument("--messages", type=int, default=300, help="calls per single-message path")
     ap.add_argument("--latency-seconds", type=float, default=15.0)
-    ap.add_argument(
-        "--contact-points", default=os.environ.get("CASSIEQ_CONTACT_POINTS", "127.0.0.1")
-    )
-    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSIEQ_PORT", "9042")))
-    ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
+    add_cassandra_args(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("cassandra", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_to_stderr()
     only = [x.strip() for x in args.only.split(",")] if args.only else list(PATHS)
     unknown = set(only) - set(PATHS)
     if unknown:

@@ -17,7 +17,13 @@ import shutil
 import tempfile
 
 from . import prof_datasource, prof_progress, prof_stats
-from .common import BenchConfig, client, register_cassieq, unique_queue
+from .common import (
+    BenchConfig,
+    client,
+    register_cassieq,
+    run_available_now_progress,
+    unique_queue,
+)
 from .profile_source import clear
 from .sink import make_input
 
@@ -32,7 +38,7 @@ def write(spark, cfg: BenchConfig, path: str, queue: str, fmt: str):
         .writeStream.format(fmt)
         .options(**cfg.options(queue))
     )
-    return prof_progress.run_available_now(writer, "sink")
+    return run_available_now_progress(writer, "sink")
 
 
 def _checked(c, queue: str, n: int, progress: list[dict]) -> None:

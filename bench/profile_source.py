@@ -22,7 +22,13 @@ import shutil
 import time
 
 from . import prof_datasource, prof_progress, prof_stats
-from .common import BenchConfig, client, register_cassieq, unique_queue
+from .common import (
+    BenchConfig,
+    client,
+    register_cassieq,
+    run_available_now_progress,
+    unique_queue,
+)
 from .source import fill
 
 log = logging.getLogger("bench.profile_source")
@@ -50,7 +56,7 @@ def consume(
     reader = spark.readStream.format(fmt).options(**cfg.options(queue))
     if max_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", str(max_per_trigger))
-    return prof_progress.run_available_now(reader.load().writeStream.format("noop"), "source")
+    return run_available_now_progress(reader.load().writeStream.format("noop"), "source")
 
 
 def _checked(c, queue: str, n: int, progress: list[dict]) -> None:

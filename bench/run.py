@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
-import os
 import sys
 from pathlib import Path
 
-from .common import BenchConfig, ensure_cassandra, ensure_keyspace
-from .machine import ROOT
+from .common import (
+    BenchConfig,
+    add_cassandra_args,
+    ensure_cassandra,
+    ensure_keyspace,
+    log_to_stderr,
+)
 from .report import markdown, table_rows, write_outputs
 from .suites import Runner, check_connector, run_all, run_engine
 
@@ -48,19 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--rows", type=int, help="rows for the sink and source suites")
-    ap.add_argument(
-        "--contact-points", default=os.environ.get("CASSIEQ_CONTACT_POINTS", "127.0.0.1")
-    )
-    ap.add_argument("--port", type=int, default=int(os.environ.get("CASSIEQ_PORT", "9042")))
-    ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
+    add_cassandra_args(ap)
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("cassandra", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_to_stderr()
     cfg = BenchConfig.make(
         quick=not args.full,
         repeats=args.repeats,
