@@ -45,15 +45,9 @@ class QueueStream:
         """``o`` was written for this queue in this incarnation."""
         return o.queue == self.queue.name and o.incarnation == str(self.queue.queue_id)
 
-    def check(self, o: SourceOffset) -> SourceOffset:
-        """An offset of the checkpoint, checked against this queue (F24)."""
+    def check(self, o: SourceOffset) -> None:
+        """Fail unless ``o``, an offset of the checkpoint, belongs to this queue (F24)."""
         o.check_queue(self.queue.name, self.queue.queue_id)
-        return o
-
-    def alive(self) -> bool:
-        """The queue still exists in the incarnation this run reads (F23: it may have been
-        deleted, and created again, while the query ran)."""
-        return self.consumer.current_incarnation() == self.queue.queue_id
 
     def require_alive(self, s: SourceOffset) -> None:
         live = self.consumer.current_incarnation()
@@ -73,10 +67,6 @@ class QueueStream:
 
     def fix_target(self) -> SourceOffset:
         return self.offset(self.consumer.fix_target())
-
-    @property
-    def has_target(self) -> bool:
-        return self.consumer.target is not None
 
     def plan(self, s: SourceOffset, max_rows: int | None) -> Plan:
         """Acks the batch ending at ``s`` (committed), then plans the next one."""

@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 from ..engine import queues, schema, snapshot
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
-from ..errors import ConfigError, QueueNotFoundError
+from ..errors import ConfigError
 from .offset import MultiOffset, SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
@@ -65,7 +65,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("cassieq")``: one instance per query run on the driver, plus
     pickled copies whose only job is ``read()``."""
 
-    _LIVE = ("_streams",)
+    _LIVE = ("_streams", "_listed")
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None):
         # PySpark's streaming source runner turns an exception raised here into its own
@@ -91,6 +91,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _reset_live(self) -> None:
         self._streams: dict[str, QueueStream] = {}
+        self._listed: dict[str, QueueInfo] = {}  # queuePattern: the matching queues, last listed
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
@@ -109,13 +110,15 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.settings.selection.kind == MATCHING
 
     def _names(self) -> list[str]:
-        """The queues this trigger reads: the option's, or those matching ``queuePattern`` now."""
+        """The queues this trigger reads: the option's, or those matching ``queuePattern`` now
+        (one read of the queue table, kept in ``_listed`` for this trigger's other checks)."""
         sel = self.settings.selection
         if not self._pattern:
             return list(sel.names)
         conn = self._conn()
         schema.require_schema(conn)
-        return [q.name for q in queues.list_queues(conn) if sel.matches(q.name)]
+        self._listed = {q.name: q for q in queues.list_queues(conn) if sel.matches(q.name)}
+        return list(self._listed)
 
     def _stream(self, name: str) -> QueueStream | None:
         """The driver side of queue ``name``; None only for a queue of a pattern that is gone
@@ -124,9 +127,10 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if qs is None:
             conn = self._conn()
             if self._pattern:
-                try:
-                    info = queues.get_queue(conn, name)
-                except QueueNotFoundError:
+                if name not in self._listed:
+                    self._names()  # a replay or commit in a fresh run: nothing listed yet
+                info = self._listed.get(name)
+                if info is None:
                     return None
             else:
                 info = resolve_queue(conn, self.settings.common, name)
@@ -151,7 +155,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self._pattern:
             qs.require_alive(s)
             return True
-        if qs.alive():
+        listed = self._listed.get(qs.name)  # listed by this trigger's _names()
+        if listed is not None and listed.queue_id == qs.queue.queue_id:
             return True
         self._streams.pop(qs.name, None)
         qs.stop()
@@ -288,7 +293,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         together), unless ``maxTriggerDelay`` has passed since the last batch (or the run's
         start). Not for Trigger.Once (ReadAllAvailable) nor AvailableNow, as Kafka's."""
         wanted = self.settings.min_messages_per_trigger
-        if wanted is None or isinstance(limit, ReadAllAvailable) or self._available_now:
+        if wanted is None or isinstance(limit, ReadAllAvailable) or self._available_now is not None:
             return False
         planned = [p for p in plans.values() if p.end is not None]
         if not planned:

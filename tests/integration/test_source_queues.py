@@ -154,6 +154,10 @@ def test_pattern_picks_up_new_queues_leases_each_and_drops_deleted_ones(
         queue_client.delete_queue(a)
         more = queue_client.put_many(b, [b"b2"])
         wait_for(lambda: len(c.rows) == 6, TIMEOUT, "the message after the delete", q)
+        # created again, the queue is read from its new beginning
+        queue_client.create_queue(a)
+        again = queue_client.put_many(a, [b"a-again"])
+        wait_for(lambda: len(c.rows) == 7, TIMEOUT, "the queue created again", q)
         # acked at the next trigger, once Spark committed the batch
         wait_for(lambda: queue_client.stats(b)["backlog"] == 0, 30, "b acked", q)
         assert q.exception() is None and q.isActive
@@ -161,8 +165,9 @@ def test_pattern_picks_up_new_queues_leases_each_and_drops_deleted_ones(
         q.stop()
         sspark.streams.removeListener(lag)
     assert sorted((r.queue, r.id) for r in c.rows) == sorted(
-        [(a, i) for i in first] + [(b, i) for i in later + more]
+        [(a, i) for i in first + again] + [(b, i) for i in later + more]
     )
+    assert [bytes(r.value) for r in c.rows if r.queue == a][-1] == b"a-again"
 
 
 def test_batch_read_of_several_queues(sspark, queue_client, queue_name, cassieq_options):
