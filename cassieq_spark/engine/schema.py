@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -149,6 +149,18 @@ MIGRATIONS: dict[int, list[str]] = {
             counted_at timestamp,
             reported_by text,
             PRIMARY KEY (queue_id, lo))
+            WITH default_time_to_live = 1209600"""
+    ],
+    # Which runs of a streaming query read a partition of a batch: a batch Spark replays after
+    # a restart delivers its messages once more, and the count of those runs is their delivery
+    # count (see stream_deliveries.py). One row per partition and run; rows expire by TTL.
+    7: [
+        """CREATE TABLE IF NOT EXISTS {ks}.stream_reads (
+            queue_id uuid,
+            part text,
+            run text,
+            read_at timestamp,
+            PRIMARY KEY ((queue_id, part), run))
             WITH default_time_to_live = 1209600"""
     ],
 }

@@ -63,6 +63,7 @@ SOURCE_OPTIONS: dict[str, str] = {
     "minmessagespertrigger": "minMessagesPerTrigger",
     "maxtriggerdelay": "maxTriggerDelay",
     "failondataloss": "failOnDataLoss",
+    "countdeliveries": "countDeliveries",
     "queues": "queues",
     "queuepattern": "queuePattern",
 }
@@ -306,6 +307,8 @@ class SourceSettings:
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
     # lost ids (see engine/lost.py) fail the query (True) or are logged as a warning
     fail_on_data_loss: bool = True
+    # count deliveries across the query's runs and dead-letter after max_delivery_count
+    count_deliveries: bool = True
     # which queues: option queue, queues or queuePattern (default: the one of common.queue)
     selection: source_checks.QueueSelection = source_checks.QueueSelection(source_checks.ONE)
 
@@ -357,6 +360,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
             raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
         ),
         fail_on_data_loss=_bool(raw, "failondataloss", "failOnDataLoss", True),
+        count_deliveries=_bool(raw, "countdeliveries", "countDeliveries", True),
         selection=selection,
     )
 

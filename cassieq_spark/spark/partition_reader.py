@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ..config import connection_from_options
-from ..engine import snapshot, stream_read
+from ..engine import snapshot, stream_deliveries, stream_read
 from ..engine.queues import QueueInfo
 from ..engine.session import Connection, shared_connection
 from .partition import KIND_EMPTY, KIND_IDS, KIND_SNAPSHOT, KIND_TIMERS, CassieQPartition
@@ -63,10 +63,16 @@ def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.D
     if p.kind == KIND_EMPTY:
         return iter(())
     queue = QueueInfo(name=p.queue, queue_id=uuid.UUID(p.queue_id), bucket_size=p.bucket_size)
-    if p.kind == KIND_IDS:
-        return stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
-    if p.kind == KIND_TIMERS:
-        return stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
+    if p.kind in (KIND_IDS, KIND_TIMERS):
+        if p.kind == KIND_IDS:
+            rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
+        else:
+            rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
+        if not p.run:
+            return rows
+        part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)
+        earlier = stream_deliveries.earlier_runs(conn, queue.queue_id, part, p.run)
+        return stream_deliveries.with_counts(conn, queue, rows, earlier, p.max_delivery_count)
     if p.kind == KIND_SNAPSHOT:
         return snapshot.read_unacked(conn, queue, p.lo, p.hi, p.reader)
     raise ValueError(f"unknown partition kind {p.kind!r}")

@@ -25,9 +25,12 @@ log = logging.getLogger(__name__)
 class QueueStream:
     """The driver side of one queue of one query run."""
 
-    def __init__(self, conn: Connection, queue: QueueInfo, settings: SourceSettings, owner: str):
+    def __init__(
+        self, conn: Connection, queue: QueueInfo, settings: SourceSettings, owner: str, run: str
+    ):
         self.queue = queue
         self.settings = settings
+        self.run = run  # names this run of the query in the delivery counts
         self.consumer = StreamConsumer(conn, queue, owner, settings.lease_timeout)
 
     @property
@@ -122,6 +125,8 @@ class QueueStream:
             "bucket_size": q.bucket_size,
             "end_ts": e.ts,
         }
+        if self.settings.count_deliveries:
+            base.update(run=self.run, max_delivery_count=q.max_delivery_count)
         out: list[InputPartition] = []
         if batch.hi > batch.lo:
             for plo, phi in plan_ranges(

@@ -79,6 +79,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.owner = (
             f"stream:{(self.settings and self.settings.consumer_id) or uuid.uuid4().hex[:12]}"
         )
+        self.run = uuid.uuid4().hex[:16]  # this run of the query (stream_deliveries.py)
         self._latest: dict | None = None
         self._initial: dict | None = None  # what initialOffset returned in this run
         self._first_plan = True
@@ -134,7 +135,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return None
             else:
                 info = resolve_queue(conn, self.settings.common, name)
-            qs = self._streams[name] = QueueStream(conn, info, self.settings, self.owner)
+            qs = self._streams[name] = QueueStream(conn, info, self.settings, self.owner, self.run)
         return qs
 
     def _keep(self, qs: QueueStream, o: SourceOffset) -> bool:

@@ -56,3 +56,12 @@ def cluster3() -> Iterator[Faults]:
             yield faults
         finally:
             faults.close()
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    """The shared local SparkSession with the cassieq data source registered."""
+    from cassieq_spark.spark import register
+
+    register(spark)
+    return spark

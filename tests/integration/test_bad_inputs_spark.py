@@ -158,6 +158,8 @@ SPARK = [
     ("S56x", lambda s, o, t: _load(s, o, minMessagesPerTrigger="2", maxTriggerDelay="soon"), E + r"ConfigError: option 'maxTriggerDelay' must be a duration such as '15s'"),
     # issue 16: lost data
     ("S64x", lambda s, o, t: _load(s, o, failOnDataLoss="sometimes"), E + r"ConfigError: option 'failOnDataLoss' must be true or false, got 'sometimes'"),
+    # issue 16: delivery counts across runs
+    ("S65x", lambda s, o, t: _load(s, o, countDeliveries="maybe"), E + r"ConfigError: option 'countDeliveries' must be true or false, got 'maybe'"),
     # issue 16: routing in the sink (a 'queue' column); rows with a null queue go to SQ, and
     # nothing of the task may reach it when another row's queue is bad
     ("S57x", lambda s, o, t: _write(_sel(s, V, "id AS queue"), o), E + r"ConfigError: column 'queue' must be string \(the name of the row's queue\), got bigint"),

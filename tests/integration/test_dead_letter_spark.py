@@ -11,18 +11,11 @@ from pyspark.sql import functions as F
 from test_sink import full_message
 
 import cassieq_spark
-from cassieq_spark.spark import register
 from cassieq_spark.spark.dead_letter import HEADER_REASON
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TIMEOUT = 180
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def test_rejected_rows_become_dead_letters_once_across_a_replay(

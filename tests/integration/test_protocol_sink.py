@@ -26,7 +26,6 @@ from test_sink import (  # tests/integration is on sys.path
 
 from cassieq_spark.engine import faults, messages, monoton
 from cassieq_spark.errors import CassieQError, ReplayMismatchError
-from cassieq_spark.spark import register
 from cassieq_spark.spark.options import resolve_queue, sink_options
 from cassieq_spark.spark.sink import InputLayout, SinkPlan, _TaskWrite
 from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
@@ -430,12 +429,6 @@ def test_compare_and_sets_that_time_out_before_running_are_sent_again(
 
 
 # -- Spark: foreachBatch with writeId (F27), a sink restarted on another target (F28) -----------
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def test_f27_foreach_batch_write_with_write_id_writes_each_row_once(

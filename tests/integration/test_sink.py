@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from cassieq_spark.engine import messages, monoton
-from cassieq_spark.spark import register
 
 # headers as canonical JSON text: Spark cannot sort (so chispa cannot compare) map columns
 READ_SCHEMA = StructType([StructField("value", BinaryType()), StructField("headers", StringType())])
@@ -31,12 +30,6 @@ def _canon(headers) -> str | None:
 
 
 TIMEOUT = 240
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def stored_rows(client, queue: str, include_dead: bool = False) -> list:

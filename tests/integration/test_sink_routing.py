@@ -28,17 +28,10 @@ from test_sink import (
 
 from cassieq_spark.engine import faults
 from cassieq_spark.errors import QueueNotFoundError
-from cassieq_spark.spark import register
 from cassieq_spark.spark.sink import _RoutedTask, plan_sink
 from cassieq_spark.spark.sink_input import arrow_slices
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 @pytest.fixture(autouse=True)

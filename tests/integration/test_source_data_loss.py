@@ -23,7 +23,6 @@ from test_source_stream import Collector, start, wait_for  # tests/integration i
 
 from cassieq_spark.engine import lost, monoton
 from cassieq_spark.errors import DataLossError
-from cassieq_spark.spark import register
 from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration]
@@ -31,12 +30,6 @@ pytestmark = [pytest.mark.integration]
 REPAIR_TIMEOUT = 2.0
 DELIVERED = [0, 1, 2, 3, 4, 7, 8, 9]  # all but the hole 5, 6
 PACED = {"processingTime": "500 milliseconds"}
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def _queue_with_a_hole(client, name) -> None:

@@ -10,16 +10,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
-from cassieq_spark.spark import register
 from cassieq_spark.spark.source import NO_ROW_CAP, CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 class Timed(Collector):

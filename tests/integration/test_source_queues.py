@@ -13,17 +13,11 @@ from chispa import assert_df_equality
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
 from cassieq_spark.errors import QueueBusyError
-from cassieq_spark.spark import lag_listener, register
+from cassieq_spark.spark import lag_listener
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TIMEOUT = 180
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def _offset(progress_source, key: str) -> dict:

@@ -16,18 +16,11 @@ from cassieq_spark.engine.queues import get_queue
 from cassieq_spark.engine.stream import StreamConsumer
 from cassieq_spark.engine.stream_read import read_id_path
 from cassieq_spark.engine.stream_start import StartingPosition
-from cassieq_spark.spark import register
 from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 AVAILABLE_NOW = {"availableNow": True}
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 def run(spark, opts, checkpoint, **extra) -> Collector:

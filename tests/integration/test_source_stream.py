@@ -8,15 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from cassieq_spark.spark import register
-
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def sspark(spark):
-    register(spark)
-    return spark
 
 
 class Collector:
