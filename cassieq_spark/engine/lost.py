@@ -33,6 +33,10 @@ CAUSE_NEVER_WRITTEN = (
     "reserved but never written: the producer died (or gave up) holding the reservation, and "
     "repair counted the ids lost after the repair timeout"
 )
+CAUSE_PURGED = (
+    "purged (cassieq purge / QueueClient.purge) before a streaming query read them: written, "
+    "then dropped by an operator"
+)
 BEFORE_START = "before-start:"
 RETENTION_SECONDS = 1_209_600  # the table's default TTL
 
@@ -54,16 +58,17 @@ def record(
     hi: int,
     ids: Sequence[int],
     cause: str = CAUSE_NEVER_WRITTEN,
+    count: int | None = None,
 ) -> None:
-    """Keep a range repair counted lost ids in. Called once per range, after the
-    compare-and-set that made this repair the one that counts it; a plain insert, so a retry
-    writes the same row again."""
+    """Keep a range repair counted lost ids in (or a purge dropped: ``count`` ids, of which
+    ``ids`` names the first). Called once per range, after the compare-and-set that made this
+    repair the one that counts it; a plain insert, so a retry writes the same row again."""
     if not ids:
         return
     conn.execute(
         "INSERT INTO {ks}.lost_ranges (queue_id, lo, hi, lost, ids, cause, counted_at) "
         "VALUES (?, ?, ?, ?, ?, ?, toTimestamp(now()))",
-        (queue.queue_id, lo, hi, len(ids), list(ids[:MAX_IDS_KEPT]), cause),
+        (queue.queue_id, lo, hi, count or len(ids), list(ids[:MAX_IDS_KEPT]), cause),
     )
 
 

@@ -14,7 +14,10 @@ written lies at or above it. So
 Messages reserved after the purge read the horizon, and blocks still being written when it
 did, lie at or above the line and are never touched: nothing a producer writes after the purge
 starts is lost. A message a client claims while the purge runs may still be delivered once,
-like any message in flight. The purged messages are counted as ``dropped``.
+like any message in flight. The purged messages are counted as ``dropped``, and kept as one
+lost range (``lost.py``, cause "purged"): a streaming query stopped meanwhile reports them when
+it restarts (``failOnDataLoss``), as Kafka's does for records deleted before it read them; a
+new query starting above them is not told.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from . import clock, monoton, pointers
+from . import clock, lost, monoton, pointers
 from .buckets import bucket_of
 from .consumer import _stream_lease, record_skipped
 from .counters import Counters
@@ -74,6 +77,7 @@ def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
     first = ptrs.repair * queue.bucket_size
     excluded = skipped_overlapping(conn, queue, first, line)
     purged = 0
+    named: list[int] = []  # the first purged ids, for the lost range
     to_mark: list[tuple[int, int]] = []  # (id, what is left of its TTL)
     now = clock.now()
     for row in read_range(conn, queue, first, line, _COLUMNS):
@@ -83,11 +87,15 @@ def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
         if is_expired(row, queue, now):
             continue
         purged += 1
+        if len(named) < lost.MAX_IDS_KEPT:
+            named.append(row.id)
         # Rows the pointer move does not finish: delayed, delivered, or repair's.
         if repairs or not (row.version is None and row.visible_at is None):
             to_mark.append((row.id, remaining_ttl(row, queue, now)))
     _mark_acked(conn, queue, to_mark)
     Counters(conn).add(queue, "dropped", purged)
+    if purged:
+        lost.record(conn, queue, named[0], line, named, lost.CAUSE_PURGED, count=purged)
     log.info(
         "queue %s: purged %d messages below id %d (%d marked; ids %d..%d kept: still being "
         "written)",

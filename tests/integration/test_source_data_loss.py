@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
 from cassieq_spark.engine import lost, monoton
-from cassieq_spark.errors import DataLossError
+from cassieq_spark.errors import DataLossError, QueueBusyError
 from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration]
@@ -209,3 +209,61 @@ def test_query_with_fail_on_data_loss_false_goes_on(
         q.stop()
     stats = queue_client.stats(queue_name)
     assert stats["lost"] == 2 and stats["lost_ranges"] == 1 and stats["lost_ranges_unreported"] == 0
+
+
+def _purge(client, name) -> int:
+    """Purge once the stopped query's lease is free (a stop releases it; a kill leaves it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return client.purge(name).purged
+        except QueueBusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_purge_while_the_query_is_stopped_is_reported_when_it_restarts(
+    sspark, queue_client, queue_name, cassieq_options, tmp_path, fail
+):
+    """Messages written after the query stopped and purged before it ran again were needed by
+    it: the restart fails with DataLossError naming them and the purge (or warns), once; a new
+    query starting after the purge never needed them and is not told."""
+    queue_client.create_queue(queue_name, bucket_size=10)
+    first = queue_client.put_many(queue_name, [b"a"] * 3)
+    opts = _opts(cassieq_options, queue_name, failOnDataLoss=str(fail).lower())
+    c = Collector()
+    once = {"availableNow": True}
+    assert start(sspark, opts, c, tmp_path / "ck", once).awaitTermination(120)
+    assert c.ids == first
+    purged = queue_client.put_many(queue_name, [b"p"] * 4)
+    assert _purge(queue_client, queue_name) == 4
+    stats = queue_client.stats(queue_name)
+    assert (stats["lost"], stats["lost_ranges"], stats["lost_ranges_unreported"]) == (0, 1, 1)
+    after = queue_client.put_many(queue_name, [b"b"] * 2)
+    q = start(sspark, opts, c, tmp_path / "ck", once)
+    if fail:
+        with pytest.raises(Exception, match="DataLossError") as info:
+            q.awaitTermination(120)
+        err = str(info.value)
+        span = f"{purged[0]}..{purged[-1]} (4 lost: {', '.join(map(str, purged))})"
+        assert span in err and "purged" in err and f"queue {queue_name!r}" in err
+        assert c.ids == first
+        q = start(sspark, opts, c, tmp_path / "ck", once)  # reported once: goes on past it
+    assert q.awaitTermination(120) and q.exception() is None
+    assert c.ids == [*first, *after]
+    assert queue_client.stats(queue_name)["lost_ranges_unreported"] == 0
+    if fail:
+        return
+
+    # A new query after another purge: the purged ids lie below its start, it is not told.
+    queue_client.put_many(queue_name, [b"p"] * 2)
+    assert _purge(queue_client, queue_name) == 2
+    late = queue_client.put_many(queue_name, [b"c"])
+    fresh = Collector()
+    opts_fresh = _opts(cassieq_options, queue_name, failOnDataLoss="true")
+    q = start(sspark, opts_fresh, fresh, tmp_path / "ck2", once)
+    assert q.awaitTermination(120) and q.exception() is None
+    assert fresh.ids == late
