@@ -80,12 +80,14 @@ class Horizon:
 def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     """The counter, read through the sentinel row: a read of the partition's first row
     would walk every tombstone that closed reservations left (finding F16)."""
-    stmt = conn.prepare("SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?").bind(
-        (queue.queue_id, SENTINEL_LO)
-    )
+    cql = "SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?"
     if serial:
-        stmt.consistency_level = conn.config.serial_consistency_level
-    row = conn.execute(stmt).one()
+        # At the serial level the read finishes any Paxos round in progress on the partition:
+        # a replica held up by a restart times it out, and it is retried within the budget
+        # (a sink task once failed on the first WriteTimeout here during a rolling restart).
+        row = conn.read_serial(cql, (queue.queue_id, SENTINEL_LO))
+    else:
+        row = conn.execute(cql, (queue.queue_id, SENTINEL_LO)).one()
     if row is not None:
         return row.next or 0
     # A queue made before the sentinel existed: read the old way once, then add it.

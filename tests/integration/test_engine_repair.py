@@ -73,8 +73,10 @@ def test_late_write_is_republished_exactly_once_after_repair(queue_client, queue
     reports = _repair_twice_at_once(queue_client, queue_name)
     assert sum(r.republished for r in reports) == 1
     assert sum(r.lost_ids for r in reports) == 0
-    # The copy may sit behind the other repair's young block for up to a repair timeout.
-    msg = _poll_get(queue_client, queue_name, 3 * REPAIR_TIMEOUT)
+    # The copy may sit behind the other repair's young block for up to a repair timeout; 9 s
+    # of polling once missed it in CI (2026-11-24, right after the 3-node cluster test), so
+    # the wait is generous: the assertion is on the count, not the time.
+    msg = _poll_get(queue_client, queue_name, 10 * REPAIR_TIMEOUT)
     assert msg is not None and msg.id > 20
     assert msg.payload == b"19"
     assert msg.headers[HEADER_ORIGIN_ID] == "19"

@@ -81,6 +81,29 @@ def test_settle_read_outlasts_a_slow_cluster(queue_client, queue_name):
     assert queue_client.stats(queue_name)["acked"] == 1
 
 
+def test_counter_read_after_a_reservation_that_did_not_apply_outlasts_a_slow_cluster(
+    queue_client, queue_name
+):
+    """A reservation times out before it runs, so its settling read finds no block and the
+    writer reads the counter at the serial level, while a Paxos round held up by a restarting
+    replica makes that read time out too. Seen in CI (2026-11-24, rolling restart of a 3-node
+    cluster): the sink task failed with the WriteTimeout of that read and the query stopped.
+    Now the counter read goes on within the serial-read budget; the put returns one id."""
+    queue_client.create_queue(queue_name)
+    first = queue_client.put(queue_name, b"first")  # the writer now knows the counter: no read
+    faults.inject(faults.TIMEOUT_BEFORE, r"UPDATE \S+\.monoton SET next")
+    counter = faults.inject(
+        faults.TIMEOUT_BEFORE, r"SELECT next, lo FROM", times=SERIAL_READ_ATTEMPTS + 2
+    )
+    mid = queue_client.put(queue_name, b"once")
+    assert counter.hits == SERIAL_READ_ATTEMPTS + 2
+    faults.reset()
+    got = [queue_client.get(queue_name) for _ in range(2)]
+    assert [(m.id, m.payload) for m in got] == [(first, b"first"), (mid, b"once")]
+    assert all(queue_client.ack(queue_name, m.pop_receipt) for m in got)
+    assert queue_client.get(queue_name) is None
+
+
 def test_lease_renewal_not_applied_keeps_the_lease(queue_client, queue_name, drivers):  # noqa: F811
     """The renewal times out before it runs; the SERIAL read says it did not apply, and the row
     still shows this run. Old code (verified): renew() declared the lease lost ("another run of
