@@ -61,19 +61,26 @@ def set_lease_until(queue_client, q, owner: str, until) -> None:
     ).was_applied
 
 
+def _put_through_slow_serial_reads(client, queue: str, reservation_fault: str, slow_read: str):
+    """One put whose reservation meets ``reservation_fault`` and whose serial read matching
+    ``slow_read`` then times out more often than the quick-retry count; its id."""
+    faults.inject(reservation_fault, r"UPDATE \S+\.monoton SET next")
+    slow = faults.inject(faults.TIMEOUT_BEFORE, slow_read, times=SERIAL_READ_ATTEMPTS + 2)
+    mid = client.put(queue, b"once")
+    assert slow.hits == SERIAL_READ_ATTEMPTS + 2
+    faults.reset()
+    return mid
+
+
 def test_settle_read_outlasts_a_slow_cluster(queue_client, queue_name):
     """A put's reservation applies but its reply is lost, and the SERIAL reads that settle it
     time out more often than the quick-retry count (a frozen replica holding the Paxos round).
     Old code (verified): the fifth timeout reached the caller. Now the read goes on within its
     time budget; the put returns one id and the queue holds that one message."""
     queue_client.create_queue(queue_name)
-    faults.inject(faults.LOST_REPLY, r"UPDATE \S+\.monoton SET next")
-    settle = faults.inject(
-        faults.TIMEOUT_BEFORE, r"SELECT next, owner FROM", times=SERIAL_READ_ATTEMPTS + 2
+    mid = _put_through_slow_serial_reads(
+        queue_client, queue_name, faults.LOST_REPLY, r"SELECT next, owner FROM"
     )
-    mid = queue_client.put(queue_name, b"once")
-    assert settle.hits == SERIAL_READ_ATTEMPTS + 2
-    faults.reset()
     got = queue_client.get(queue_name)
     assert got is not None and got.id == mid and got.payload == b"once"
     assert queue_client.ack(queue_name, got.pop_receipt)
@@ -91,13 +98,9 @@ def test_counter_read_after_a_reservation_that_did_not_apply_outlasts_a_slow_clu
     Now the counter read goes on within the serial-read budget; the put returns one id."""
     queue_client.create_queue(queue_name)
     first = queue_client.put(queue_name, b"first")  # the writer now knows the counter: no read
-    faults.inject(faults.TIMEOUT_BEFORE, r"UPDATE \S+\.monoton SET next")
-    counter = faults.inject(
-        faults.TIMEOUT_BEFORE, r"SELECT next, lo FROM", times=SERIAL_READ_ATTEMPTS + 2
+    mid = _put_through_slow_serial_reads(
+        queue_client, queue_name, faults.TIMEOUT_BEFORE, r"SELECT next, lo FROM"
     )
-    mid = queue_client.put(queue_name, b"once")
-    assert counter.hits == SERIAL_READ_ATTEMPTS + 2
-    faults.reset()
     got = [queue_client.get(queue_name) for _ in range(2)]
     assert [(m.id, m.payload) for m in got] == [(first, b"first"), (mid, b"once")]
     assert all(queue_client.ack(queue_name, m.pop_receipt) for m in got)
