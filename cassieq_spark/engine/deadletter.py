@@ -64,17 +64,18 @@ def take(
     move it on. False when someone acked or claimed it since it was read: it stays.
     ``deliveries``: the count to record (and give the copy), when the row's own is not it (a
     streaming query counts its deliveries outside the row: ``stream_deliveries.py``)."""
+    count = row.deliveries if deliveries is None else deliveries
     moved = MOVED_DLQ if queue.dead_letter_queue else MOVED_DROPPED
     faults.point("deadletter.before_mark", queue=queue, row=row)
     key = _key(queue, row.id)
     # The token tells our mark from a racing consumer's after a lost reply: only the one
     # whose mark applied counts a drop.
     token = uuid.uuid4().hex[:16]
-    count, counted = ("", ()) if deliveries is None else (", deliveries = ?", (deliveries,))
     res = conn.cas(
-        f"UPDATE {{ks}}.messages USING TTL ? SET dead = true, moved = ?, claimed_by = ?{count} "
+        "UPDATE {ks}.messages USING TTL ? SET dead = true, moved = ?, claimed_by = ?, "
+        "deliveries = ? "
         "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-        (remaining_ttl(row, queue, now), moved, token, *counted, *key, row.version),
+        (remaining_ttl(row, queue, now), moved, token, count, *key, row.version),
         read=_READ,
         read_params=key,
         applied=lambda cur: cur is not None and bool(cur.dead) and cur.claimed_by == token,
@@ -87,7 +88,7 @@ def take(
             "queue %s: message %d dropped after %d deliveries",
             queue.name,
             row.id,
-            row.deliveries if deliveries is None else deliveries,
+            count,
         )
         return True
     faults.point("deadletter.marked", queue=queue, row=row)

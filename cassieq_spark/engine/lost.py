@@ -60,9 +60,10 @@ def record(
     cause: str = CAUSE_NEVER_WRITTEN,
     count: int | None = None,
 ) -> None:
-    """Keep a range repair counted lost ids in (or a purge dropped: ``count`` ids, of which
-    ``ids`` names the first). Called once per range, after the compare-and-set that made this
-    repair the one that counts it; a plain insert, so a retry writes the same row again."""
+    """Keep a range repair counted lost ids in: called once per range, after the
+    compare-and-set that made this repair the one that counts it. Or a range a purge dropped
+    ``count`` messages in, ``ids`` naming the first. A plain insert: a retry writes the same
+    row again."""
     if not ids:
         return
     conn.execute(

@@ -159,7 +159,6 @@ MIGRATIONS: dict[int, list[str]] = {
             queue_id uuid,
             part text,
             run text,
-            read_at timestamp,
             PRIMARY KEY ((queue_id, part), run))
             WITH default_time_to_live = 1209600"""
     ],

@@ -39,7 +39,7 @@ __all__ = ["earlier_runs", "part_key", "with_counts"]
 READS_TTL_SECONDS = 14 * 24 * 3600
 
 _RECORD = (
-    "INSERT INTO {ks}.stream_reads (queue_id, part, run, read_at) VALUES (?, ?, ?, ?) "
+    "INSERT INTO {ks}.stream_reads (queue_id, part, run) VALUES (?, ?, ?) "
     f"USING TTL {READS_TTL_SECONDS}"
 )
 _RUNS = "SELECT run FROM {ks}.stream_reads WHERE queue_id = ? AND part = ?"
@@ -56,7 +56,7 @@ def part_key(kind: str, lo: int, hi: int, ids: Sequence[int], end_ts: int) -> st
 def earlier_runs(conn: Connection, queue_id: uuid.UUID, part: str, run: str) -> int:
     """Record that ``run`` reads partition ``part``; return how many other runs read it before
     (each delivered its messages once without a commit)."""
-    recorded = conn.execute_async(_RECORD, (queue_id, part, run, clock.utcnow()))
+    recorded = conn.execute_async(_RECORD, (queue_id, part, run))
     runs = {r.run for r in conn.execute(_RUNS, (queue_id, part))}
     recorded.result()
     return len(runs - {run})
@@ -72,12 +72,14 @@ def with_counts(
     """The partition's deliveries, less the messages that already had ``max_delivery_count``
     (client deliveries plus the ``earlier`` runs): those are moved out of the queue instead.
 
-    The count a row carries stays the one of the batch's first run: Spark expects a replayed
+    The count a row carries stays the one of the batch's first run (its client deliveries plus
+    one; unless a client received it between the runs): Spark expects a replayed
     batch to bring the same rows, and writes keyed on it rely on that (the sink's replay check
     fails closed on a changed row, ``dead_letter`` puts the count in a header). The moved copy
     carries the full count."""
     moved = taken = 0
     full: QueueInfo | None = None
+    counters = Counters(conn)
     for row, count in deliveries:
         before = count - 1 + earlier  # deliveries this message had before this one
         if before < max_delivery_count:
@@ -86,7 +88,7 @@ def with_counts(
         full = full or _current(conn, queue)
         if full is None:  # the queue was deleted or created again: nothing to move it to
             continue
-        if deadletter.take(conn, Counters(conn), full, row, clock.now(), deliveries=before):
+        if deadletter.take(conn, counters, full, row, clock.now(), deliveries=before):
             moved += 1
         else:
             taken += 1  # acked or claimed by a client since it was read: not ours to deliver

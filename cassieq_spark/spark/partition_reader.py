@@ -63,19 +63,26 @@ def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.D
     if p.kind == KIND_EMPTY:
         return iter(())
     queue = QueueInfo(name=p.queue, queue_id=uuid.UUID(p.queue_id), bucket_size=p.bucket_size)
-    if p.kind in (KIND_IDS, KIND_TIMERS):
-        if p.kind == KIND_IDS:
-            rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
-        else:
-            rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
-        if not p.run:
-            return rows
-        part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)
-        earlier = stream_deliveries.earlier_runs(conn, queue.queue_id, part, p.run)
-        return stream_deliveries.with_counts(conn, queue, rows, earlier, p.max_delivery_count)
+    if p.kind == KIND_IDS:
+        rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
+        return _counted(conn, queue, p, rows)
+    if p.kind == KIND_TIMERS:
+        rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
+        return _counted(conn, queue, p, rows)
     if p.kind == KIND_SNAPSHOT:
         return snapshot.read_unacked(conn, queue, p.lo, p.hi, p.reader)
     raise ValueError(f"unknown partition kind {p.kind!r}")
+
+
+def _counted(
+    conn: Connection, queue: QueueInfo, p: CassieQPartition, rows: Iterator[stream_read.Delivery]
+) -> Iterator[stream_read.Delivery]:
+    """A stream batch's rows, counted as a delivery of this run (``stream_deliveries.py``)."""
+    if not p.run:  # countDeliveries=false
+        return rows
+    part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)
+    earlier = stream_deliveries.earlier_runs(conn, queue.queue_id, part, p.run)
+    return stream_deliveries.with_counts(conn, queue, rows, earlier, p.max_delivery_count)
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
+from test_source_stream import start  # tests/integration is on sys.path
 
 from cassieq_spark.engine.deadletter import (
     HEADER_DELIVERY_COUNT,
@@ -43,15 +44,13 @@ class Runs:
     def once(self) -> Exception | None:
         """One run to its end; the error that ended it, or None."""
         self.run += 1
-        q = (
-            self.spark.readStream.format("cassieq")
-            .options(**self.options)
-            .option("maxMessagesPerTrigger", "10")
-            .load()
-            .writeStream.foreachBatch(self._process)
-            .option("checkpointLocation", str(self.checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        q = start(
+            self.spark,
+            self.options,
+            self._process,
+            self.checkpoint,
+            {"availableNow": True},
+            maxMessagesPerTrigger=10,
         )
         try:
             assert q.awaitTermination(TIMEOUT), "the run did not end"
