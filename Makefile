@@ -64,7 +64,7 @@ test-soak: setup
 	$(PY) -m pytest -m soak -s
 
 # The engine, sink and source integration tests again, with every compare-and-set's reply lost
-# after it applied (engine/faults.py): callers must settle each outcome by reading.
+# after it applied (engine/store/faults.py): callers must settle each outcome by reading.
 FAULT_TESTS := tests/integration/test_reservations.py tests/integration/test_engine_semantics.py \
 	tests/integration/test_engine_concurrency.py tests/integration/test_engine_repair.py \
 	tests/integration/test_sink.py tests/integration/test_source_stream.py \

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine.messages import Message
+from cassieq_spark.engine.core.messages import Message
 
 T = TypeVar("T")
 
 KEYSPACE = "cassieq_bench"
-_CONDITION = re.compile(r"\bIF\s", re.IGNORECASE)
+LWT_CONDITION = re.compile(r"\bIF\s", re.IGNORECASE)
 
 
 def _some(value: T | None) -> T:
@@ -44,11 +44,11 @@ def _some(value: T | None) -> T:
     return value
 
 
-def _receipt(message: Message | None) -> str:
+def receipt_of(message: Message | None) -> str:
     return _some(_some(message).pop_receipt)
 
 
-def _cql(statement) -> str:
+def statement_text(statement) -> str:
     if isinstance(statement, str):
         return statement
     prepared = getattr(statement, "prepared_statement", None)
@@ -56,7 +56,7 @@ def _cql(statement) -> str:
         return prepared.query_string
     inner = getattr(statement, "_statements_and_parameters", None)
     if inner is not None:  # a BatchStatement: conditional if any member is
-        return " ".join(_cql(s) if not isinstance(s, tuple) else str(s[1]) for s in inner)
+        return " ".join(statement_text(s) if not isinstance(s, tuple) else str(s[1]) for s in inner)
     return getattr(statement, "query_string", "")
 
 
@@ -70,10 +70,10 @@ class CountingSession:
         self.lwt = 0
 
     def _count(self, statement) -> None:
-        text = _cql(statement)
+        text = statement_text(statement)
         with self._lock:
             self.statements += 1
-            if not text.lstrip().upper().startswith("CREATE") and _CONDITION.search(text):
+            if not text.lstrip().upper().startswith("CREATE") and LWT_CONDITION.search(text):
                 self.lwt += 1
 
     def execute(self, statement, *a, **kw):
@@ -130,7 +130,7 @@ def bench_cassieq(client: QueueClient, counter: CountingSession, n: int, batch: 
             "get",
             counter,
             n,
-            lambda: receipts.extend(_receipt(client.get(queue)) for _ in range(n)),
+            lambda: receipts.extend(receipt_of(client.get(queue)) for _ in range(n)),
         )
     )
     out.append(_measure("ack", counter, n, lambda: [client.ack(queue, r) for r in receipts]))
@@ -140,7 +140,7 @@ def bench_cassieq(client: QueueClient, counter: CountingSession, n: int, batch: 
 
     def get_many() -> None:
         for _ in range(calls):
-            taken.extend(_receipt(m) for m in client.get_many(queue, GET_MANY))
+            taken.extend(receipt_of(m) for m in client.get_many(queue, GET_MANY))
 
     out.append(_measure(f"get_many({GET_MANY})", counter, calls * GET_MANY, get_many))
     out.append(

@@ -36,7 +36,7 @@ def make_history(c, cfg: BenchConfig) -> str:
     source acks a committed batch by moving the reader pointer, which is done here directly,
     so the old queue holds the same rows, reservations and pointers a consumed queue holds.
     """
-    from cassieq_spark.engine import pointers
+    from cassieq_spark.engine.core import pointers
 
     t0 = time.perf_counter()
     name = unique_queue("flat-old")

@@ -12,7 +12,7 @@ import os
 import threading
 
 
-def _status_kb(pid: int, field: str) -> int | None:
+def status_kb(pid: int, field: str) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -23,7 +23,7 @@ def _status_kb(pid: int, field: str) -> int | None:
     return None
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -59,7 +59,7 @@ def descendants(root: int) -> list[int]:
 
 
 def classify(pid: int) -> str:
-    cmd = _cmdline(pid)
+    cmd = cmdline(pid)
     if "java" in cmd.split(" ")[0] or "org.apache.spark" in cmd:
         return "jvm"
     if "pyspark.daemon" in cmd or "pyspark.worker" in cmd or "python" in cmd:
@@ -86,7 +86,7 @@ class MemorySampler:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="mem-sampler")
 
     def __enter__(self) -> MemorySampler:
-        self.driver_start_kb = _status_kb(self.root, "VmRSS") or 0
+        self.driver_start_kb = status_kb(self.root, "VmRSS") or 0
         self._thread.start()
         return self
 
@@ -96,7 +96,7 @@ class MemorySampler:
         self._sample()
 
     def _sample(self) -> None:
-        self.driver_max_kb = max(self.driver_max_kb, _status_kb(self.root, "VmRSS") or 0)
+        self.driver_max_kb = max(self.driver_max_kb, status_kb(self.root, "VmRSS") or 0)
         worker_sum, workers = 0, 0
         left_out = set(EXCLUDED_ROOTS)
         for root in EXCLUDED_ROOTS:
@@ -105,8 +105,8 @@ class MemorySampler:
             if pid in left_out:
                 continue
             kind = self.peaks[pid][0] if pid in self.peaks else classify(pid)
-            rss = _status_kb(pid, "VmRSS")
-            hwm = _status_kb(pid, "VmHWM")
+            rss = status_kb(pid, "VmRSS")
+            hwm = status_kb(pid, "VmHWM")
             if rss is None:
                 continue
             prev = self.peaks.get(pid, (kind, 0))[1]
@@ -132,7 +132,7 @@ class MemorySampler:
         jvm = [kb for kind, kb in self.peaks.values() if kind == "jvm"]
         return {
             "driver_python_rss_mib": mib(self.driver_max_kb),
-            "driver_python_hwm_mib": mib(_status_kb(self.root, "VmHWM") or 0),
+            "driver_python_hwm_mib": mib(status_kb(self.root, "VmHWM") or 0),
             "jvm_peak_mib": mib(max(jvm)) if jvm else None,
             "python_workers_seen": len(workers),
             "python_worker_peak_mib": mib(max(workers)) if workers else None,

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from cassieq_spark import QueueClient
 
 from .common import BenchConfig
-from .engine import _CONDITION, CountingSession, Reference, _cql, _receipt
+from .engine import LWT_CONDITION, CountingSession, Reference, receipt_of, statement_text
 
 PAYLOAD = b"x" * 100
 BATCH = 100
@@ -42,7 +42,7 @@ class TimingSession(CountingSession):
 
     def _span(self, start: float, statement) -> None:
         text = _label(statement, getattr(self._session.cluster, "_prepared_statements", {}))
-        lwt = bool(_CONDITION.search(text)) and not text.lstrip().upper().startswith("CREATE")
+        lwt = bool(LWT_CONDITION.search(text)) and not text.lstrip().upper().startswith("CREATE")
         with self._lock:
             self.spans.append((start, time.perf_counter(), text, lwt))
 
@@ -77,7 +77,7 @@ def _label(statement, prepared: dict) -> str:
     its prepared id in the driver's cache)."""
     inner = getattr(statement, "_statements_and_parameters", None)
     if inner is None:
-        return _cql(statement)
+        return statement_text(statement)
     named = getattr(statement, "query_string", None)
     first = ""
     if inner:
@@ -86,7 +86,9 @@ def _label(statement, prepared: dict) -> str:
             first = str(member)
         elif member in prepared:
             first = prepared[member].query_string
-    conditional = " (conditional)" if _CONDITION.search(_cql(statement) + first) else ""
+    conditional = (
+        " (conditional)" if LWT_CONDITION.search(statement_text(statement) + first) else ""
+    )
     return f"BATCH of {len(inner)}{conditional}: {named or first or 'prepared statements'}"
 
 
@@ -149,7 +151,7 @@ def _ours(client: QueueClient, s: TimingSession, n: int) -> list[dict]:
     receipts: list[str] = []
     out.append(
         measure(
-            "get", s, n, n, lambda: receipts.extend(_receipt(client.get(queue)) for _ in range(n))
+            "get", s, n, n, lambda: receipts.extend(receipt_of(client.get(queue)) for _ in range(n))
         )
     )
 
@@ -168,7 +170,7 @@ def _ours(client: QueueClient, s: TimingSession, n: int) -> list[dict]:
             got = client.get_many(queue, BATCH)
             if len(got) != BATCH:
                 raise RuntimeError(f"get_many returned {len(got)} messages, expected {BATCH}")
-            taken.extend(_receipt(m) for m in got)
+            taken.extend(receipt_of(m) for m in got)
 
     out.append(measure(f"get_many({BATCH})", s, calls, calls * BATCH, get_many))
 
@@ -221,7 +223,7 @@ def run(cfg: BenchConfig, n: int) -> str:
         for _ in range(20):
             client.put(warm, PAYLOAD)
         for _ in range(20):
-            client.ack(warm, _receipt(client.get(warm)))
+            client.ack(warm, receipt_of(client.get(warm)))
         client.delete_queue(warm)
         rows = _ours(client, session, n) + _reference(session, cfg.keyspace, n)
     finally:

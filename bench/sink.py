@@ -158,7 +158,7 @@ def profile_hot_path(cfg: BenchConfig, n: int, size: int = 100, top: int = 30) -
         except Exception as exc:  # the sink may need a TaskContext or may not exist yet
             prof.disable()
             note = f"sink writer not profiled in-process ({type(exc).__name__}: {exc})"
-            from cassieq_spark.engine.producer import enqueue
+            from cassieq_spark.engine.write.producer import enqueue
 
             prof = cProfile.Profile()
             prof.enable()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile
-from bench.memory import _cmdline, _status_kb, descendants
+from bench.memory import cmdline, descendants, status_kb
 from bench.soak_traffic import consume, produce, read_lines
 
 log = logging.getLogger("bench.soak")
@@ -73,7 +73,7 @@ class MemoryLog:
     def _sample(self) -> None:
         rss: dict[str, float] = {}
         for name, pid in self.pids.items():
-            kb = _status_kb(pid, "VmRSS")
+            kb = status_kb(pid, "VmRSS")
             if kb is not None:
                 rss[name] = round(kb / 1024.0, 1)
         known = set(self.pids.values())
@@ -81,8 +81,8 @@ class MemoryLog:
         for pid in descendants(os.getpid()):  # the Spark JVM and the Python workers it forks
             if pid in known:
                 continue
-            cmd = _cmdline(pid)
-            kb = _status_kb(pid, "VmRSS")
+            cmd = cmdline(pid)
+            kb = status_kb(pid, "VmRSS")
             if kb is None:
                 continue
             if "java" in cmd.split(" ")[0] and "CassandraDaemon" not in cmd:

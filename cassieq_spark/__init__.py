@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from .client import QueueClient
 from .config import ConnectionConfig
-from .engine.batch_ack import ReceiptResult
-from .engine.messages import Message
-from .engine.queues import QueueInfo
+from .engine.consume.batch_ack import ReceiptResult
+from .engine.core.messages import Message
+from .engine.core.queues import QueueInfo
 from .errors import (
     CassandraUnavailableError,
     CassieQError,

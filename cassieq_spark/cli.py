@@ -20,7 +20,7 @@ from .config import (
     options_from_flags,
     read_password_file,
 )
-from .engine.buckets import MAX_BUCKET_SIZE
+from .engine.core.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
 from .validate import (
     MAX_BATCH,

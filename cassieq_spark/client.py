@@ -28,22 +28,24 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from .engine import batch, batch_ack, queues, schema
-from .engine import consumer as consumer_mod
-from .engine.batch_ack import ReceiptResult
-from .engine.buckets import DEFAULT_BUCKET_SIZE
-from .engine.counters import Counters
-from .engine.messages import Message, check_headers, to_bytes
-from .engine.moves import MoveReport, move_messages
-from .engine.peek import peek as peek_messages
-from .engine.producer import enqueue
-from .engine.purge import PurgeReport
-from .engine.purge import purge as purge_queue
-from .engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
-from .engine.repair import RepairReport, repair_queue
-from .engine.roles import create_app_role
-from .engine.session import Connection
-from .engine.stats import stats as queue_stats
+from .engine.consume import batch, batch_ack
+from .engine.consume import consumer as consumer_mod
+from .engine.consume.batch_ack import ReceiptResult
+from .engine.consume.peek import peek as peek_messages
+from .engine.core import queues
+from .engine.core.buckets import DEFAULT_BUCKET_SIZE
+from .engine.core.counters import Counters
+from .engine.core.messages import Message, check_headers, to_bytes
+from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from .engine.core.stats import stats as queue_stats
+from .engine.store import schema
+from .engine.store.roles import create_app_role
+from .engine.store.session import Connection
+from .engine.upkeep.moves import MoveReport, move_messages
+from .engine.upkeep.purge import PurgeReport
+from .engine.upkeep.purge import purge as purge_queue
+from .engine.upkeep.repair import RepairReport, repair_queue
+from .engine.write.producer import enqueue
 from .errors import ConfigError, PermissionDeniedError
 
 log = logging.getLogger(__name__)

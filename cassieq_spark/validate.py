@@ -21,7 +21,7 @@ from .errors import ConfigError
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
 KEYSPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 # Upper bounds of the durations that become timers. A timer outlives its due time by the
-# timers table's retention (14 days, see engine/timers.py), so these only keep values sane and
+# timers table's retention (14 days, see engine/core/timers.py), so these only keep values sane and
 # tested; the same limits as SQS's visibility timeout, for delays too.
 MAX_DELAY_SECONDS = 12 * 3600.0
 MAX_VISIBILITY_SECONDS = 12 * 3600.0

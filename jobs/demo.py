@@ -43,7 +43,7 @@ QUEUE = "demo"
 DEFAULT_OUT = os.path.join(ROOT, ".demo")
 LOG_NAME = "demo.log"
 PLOT_NAME = "demo-enqueued-vs-acked.png"
-# Each refresh scans the queue's live buckets (engine/stats.py): seconds of driver work once
+# Each refresh scans the queue's live buckets (engine/core/stats.py): seconds of driver work once
 # tens of thousands of messages wait, so not every second on a small machine.
 WATCH_INTERVAL = 2.0
 

@@ -178,7 +178,7 @@ class _Stop:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cassieq_spark.engine.session import shared_connection
+    from cassieq_spark.engine.store.session import shared_connection
     from cassieq_spark.spark.repair_job import RepairSettings, resolve_queues, run_pass
 
     config = connection_from_options(_options(args))

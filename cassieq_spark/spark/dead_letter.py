@@ -25,9 +25,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import connection_from_options
-from ..engine import queues, schema
-from ..engine.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from ..engine.session import shared_connection
+from ..engine.core import queues
+from ..engine.store import schema
+from ..engine.store.session import shared_connection
+from ..engine.upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from ..errors import ConfigError
 
 HEADER_REASON = "cassieq-reason"

@@ -25,7 +25,7 @@ A micro-batch ``(start, end]`` therefore delivers
   messages have no due time at all), and
 * the *timer path*: delayed or once client-delivered messages with a smaller id that are due at
   ``end.ts`` and not acked yet, found through their timers in the slots from
-  ``slot(start.ts)`` minus a settle margin (see ``engine/stream_timers.py``).
+  ``slot(start.ts)`` minus a settle margin (see ``engine/stream/timer_path.py``).
 """
 
 from __future__ import annotations

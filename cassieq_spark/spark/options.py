@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from .. import validate
 from ..config import CONNECTION_OPTIONS, ConnectionConfig, connection_from_options
 from ..config import validate_queue_name as _validate_queue_name
-from ..engine import monoton, queues, schema
-from ..engine.buckets import DEFAULT_BUCKET_SIZE
-from ..engine.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
-from ..engine.session import Connection
-from ..engine.stream_start import StartingPosition
+from ..engine.core import monoton, queues
+from ..engine.core.buckets import DEFAULT_BUCKET_SIZE
+from ..engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from ..engine.store import schema
+from ..engine.store.session import Connection
+from ..engine.stream.start import StartingPosition
 from ..errors import ConfigError, QueueNotFoundError
 from . import source_checks
 
@@ -305,7 +306,7 @@ class SourceSettings:
     # pacing: no batch below this many messages, unless max_trigger_delay (s) has passed
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
-    # lost ids (see engine/lost.py) fail the query (True) or are logged as a warning
+    # lost ids (see engine/upkeep/lost.py) fail the query (True) or are logged as a warning
     fail_on_data_loss: bool = True
     # count deliveries across the query's runs and dead-letter after max_delivery_count
     count_deliveries: bool = True

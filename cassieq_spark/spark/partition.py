@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from ..engine.buckets import split_by_bucket
+from ..engine.core.buckets import split_by_bucket
 
 KIND_IDS = "ids"  # the id path: ids in [lo, hi) due at end_ts
 KIND_TIMERS = "timers"  # the timer path: the listed ids, if still due at end_ts and not acked

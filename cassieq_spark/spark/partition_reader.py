@@ -1,7 +1,7 @@
 """Reading one input partition of the cassieq source into Arrow record batches (executors).
 
-The rows come from the engine (``engine/stream_read.py`` for stream batches,
-``engine/snapshot.py`` for ``spark.read``); this module only picks the engine call for the
+The rows come from the engine (``engine/stream/read.py`` for stream batches,
+``engine/stream/snapshot.py`` for ``spark.read``); this module only picks the engine call for the
 partition's kind and turns its rows into RecordBatches of exactly the source's schema
 (PySpark 4.2+ checks types, column order and nullability of what ``read()`` yields).
 """
@@ -16,9 +16,11 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ..config import connection_from_options
-from ..engine import snapshot, stream_deliveries, stream_read
-from ..engine.queues import QueueInfo
-from ..engine.session import Connection, shared_connection
+from ..engine.core.queues import QueueInfo
+from ..engine.store.session import Connection, shared_connection
+from ..engine.stream import deliveries as stream_deliveries
+from ..engine.stream import read as stream_read
+from ..engine.stream import snapshot
 from .partition import KIND_EMPTY, KIND_IDS, KIND_SNAPSHOT, KIND_TIMERS, CassieQPartition
 from .schema import SOURCE_SCHEMA
 

@@ -1,5 +1,5 @@
 """One queue of a streaming query, on the driver: its offsets, its plan, its partitions, its
-acks and its lease (``engine/stream.py`` does the queue work). ``source.py`` holds one per
+acks and its lease (``engine/stream/consumer.py`` does the queue work). ``source.py`` holds one per
 queue it reads; a query on one queue has exactly one."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from ..engine import lost
-from ..engine.queues import QueueInfo
-from ..engine.session import Connection
-from ..engine.stream import Plan, Position, StreamConsumer
-from ..engine.stream_start import StartingPosition
+from ..engine.core.queues import QueueInfo
+from ..engine.store.session import Connection
+from ..engine.stream.consumer import Plan, Position, StreamConsumer
+from ..engine.stream.start import StartingPosition
+from ..engine.upkeep import lost
 from ..errors import DataLossError, QueueNotFoundError
 from .offset import SourceOffset
 from .options import SourceSettings
@@ -146,7 +146,7 @@ class QueueStream:
         return out
 
     def ack_through(self, e: SourceOffset) -> None:
-        """Ack what the committed batch ending at ``e`` delivered (``engine/stream_ack.py``).
+        """Ack what the committed batch ending at ``e`` delivered (``engine/stream/ack.py``).
         Idempotent; fenced by the lease: QueueBusyError once another run took it over."""
         self.consumer.ack_through(self.position(e))
 

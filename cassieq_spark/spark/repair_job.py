@@ -26,10 +26,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..config import ConnectionConfig
-from ..engine import clock, pointers, queues
-from ..engine.counters import Counters
-from ..engine.queues import QueueInfo
-from ..engine.repair import (
+from ..engine.core import clock, pointers, queues
+from ..engine.core.counters import Counters
+from ..engine.core.queues import QueueInfo
+from ..engine.store.schema import require_schema
+from ..engine.store.session import Connection, shared_connection
+from ..engine.upkeep.repair import (
     RepairReport,
     SkippedRange,
     assume_repaired,
@@ -40,8 +42,6 @@ from ..engine.repair import (
     repair_range,
     skipped_ranges,
 )
-from ..engine.schema import require_schema
-from ..engine.session import Connection, shared_connection
 
 log = logging.getLogger(__name__)
 

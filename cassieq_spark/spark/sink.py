@@ -1,6 +1,6 @@
 """The cassieq sink: ``df.writeStream.format("cassieq")`` and ``df.write.format("cassieq")``.
 
-Every row becomes one message. Each Spark task is one keyed write (``engine/keyed_write.py``:
+Every row becomes one message. Each Spark task is one keyed write (``engine/write/keyed_write.py``:
 chunks of ``idBlockSize`` rows, one block of ids reserved per chunk under a key, found again by
 a replay): this module only says what the key is and how Spark's parts map onto it. The key is
 (query id, batch id, partition id, chunk index); for ``df.write`` the write id, random or the
@@ -28,7 +28,7 @@ Limits a reviewer should know:
 Routing: an input column ``queue`` names each row's queue (null: option 'queue'), as Kafka's
 ``topic`` column does. The task then runs one keyed write per destination, all under the same
 key (keys are per queue), so each destination is written exactly once on a replay
-(``engine/routed_write.py``). Destinations are only known on the executors: each task looks up
+(``engine/write/routed_write.py``). Destinations are only known on the executors: each task looks up
 (or, with createQueue=true, creates) every distinct queue of a slice (an Arrow batch, or
 ``ROWS_PER_SLICE`` rows) before any of its rows is buffered; an unknown one fails the task, which
 rolls back what earlier slices flushed. The checkpoint records option 'queue' only.
@@ -50,11 +50,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine.keyed_write import KeyedWrite
-from ..engine.queues import QueueInfo
-from ..engine.routed_write import QueueResolver, RoutedReport, RoutedWrite
-from ..engine.schema import require_schema
-from ..engine.session import shared_connection
+from ..engine.core.queues import QueueInfo
+from ..engine.store.schema import require_schema
+from ..engine.store.session import shared_connection
+from ..engine.write.keyed_write import KeyedWrite
+from ..engine.write.routed_write import QueueResolver, RoutedReport, RoutedWrite
 from ..errors import CassieQError, ConfigError
 from .options import SinkOptions, resolve_queue, sink_options
 from .sink_input import InputLayout, arrow_slices, check_input_schema, row_slices
@@ -150,7 +150,7 @@ def _keyed(plan: SinkPlan, queue: QueueInfo, key: tuple[int, str, str]) -> dict:
     )
 
 
-class _TaskWrite(KeyedWrite):
+class TaskWrite(KeyedWrite):
     """One Spark task's keyed write to option 'queue': its key comes from the task's context."""
 
     def __init__(self, plan: SinkPlan, partition: int | None = None):
@@ -164,7 +164,7 @@ class _TaskWrite(KeyedWrite):
         return CassieQCommitMessage(**vars(r), queues={self.queue.name: (r.written, r.replayed)})
 
 
-class _RoutedTask(RoutedWrite):
+class RoutedTask(RoutedWrite):
     """One Spark task whose rows name their queues: a keyed write per destination, same key."""
 
     def __init__(self, plan: SinkPlan, partition: int | None = None):
@@ -213,10 +213,8 @@ class _Base:
     def __init__(self, plan: SinkPlan):
         self.plan = plan
 
-    def _task(self) -> _TaskWrite | _RoutedTask:
-        return (
-            _RoutedTask(self.plan) if self.plan.layout.queue is not None else _TaskWrite(self.plan)
-        )
+    def _task(self) -> TaskWrite | RoutedTask:
+        return RoutedTask(self.plan) if self.plan.layout.queue is not None else TaskWrite(self.plan)
 
     def _run_rows(self, iterator: Iterator) -> CassieQCommitMessage:
         task = self._task()

@@ -1,6 +1,6 @@
 """What the cassieq sink takes from Spark: the input schema, checked on the driver, and the rows
 of a task, checked and converted slice by slice (Arrow record batches or rows) into what
-``engine/keyed_write.py`` writes.
+``engine/write/keyed_write.py`` writes.
 
 Every refusal names the column and the row (its 0-based position in the task's partition), so
 a user finds the bad row; a task that fails here rolls back what it wrote (see ``sink.py``).
@@ -28,15 +28,15 @@ from pyspark.sql.types import (
 
 from .. import validate
 from ..config import validate_queue_name
-from ..engine.queues import QueueInfo
+from ..engine.core.queues import QueueInfo
 from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
 from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
 
 if TYPE_CHECKING:
-    from .sink import _RoutedTask, _TaskWrite
+    from .sink import RoutedTask, TaskWrite
 
-    Task: TypeAlias = _TaskWrite | _RoutedTask
+    Task: TypeAlias = TaskWrite | RoutedTask
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 

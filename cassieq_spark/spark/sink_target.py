@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..engine.queues import QueueInfo
-from ..engine.session import Connection
+from ..engine.core.queues import QueueInfo
+from ..engine.store.session import Connection
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The cassieq source: ``spark.readStream.format("cassieq")`` and ``spark.read.format("cassieq")``.
 
-This module maps Spark's stream reader onto ``engine/stream.py``, which plans, reads and acks
+This module maps Spark's stream reader onto ``engine/stream/consumer.py``, which plans, reads and acks
 batches; it holds no queue logic of its own. It reads one queue (option ``queue``) or several
 (``queues``, ``queuePattern``), each through its own ``QueueStream`` (``queue_stream.py``):
 its own offset in the query's offset, its own lease, its own acks. What maps onto what:
@@ -20,7 +20,7 @@ its own offset in the query's offset, its own lease, its own acks. What maps ont
   (``partition_reader.py``).
 * **One consumer at a time**: the query holds the queue's consumer lease (``stream:<id>``),
   renewed by a daemon thread in the driver-side reader process; every ack is fenced by it, and
-  a run that lost it fails with QueueBusyError (``engine/lease.py``). Client ``get()`` fails
+  a run that lost it fails with QueueBusyError (``engine/stream/lease.py``). Client ``get()`` fails
   with QueueBusyError while it is held; a second query waits for the lease to lapse and fails
   with QueueBusyError if its holder renews it.
 """
@@ -43,9 +43,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine import queues, schema, snapshot
-from ..engine.queues import QueueInfo
-from ..engine.session import Connection, shared_connection
+from ..engine.core import queues
+from ..engine.core.queues import QueueInfo
+from ..engine.store import schema
+from ..engine.store.session import Connection, shared_connection
+from ..engine.stream import snapshot
 from ..errors import ConfigError
 from .offset import MultiOffset, SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
@@ -335,7 +337,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Ack what the committed batch ending at ``end`` delivered, queue by queue
-        (``engine/stream_ack.py``). Idempotent; fenced by each queue's lease: QueueBusyError
+        (``engine/stream/ack.py``). Idempotent; fenced by each queue's lease: QueueBusyError
         once another run took it over."""
         for name, e in self._decode(end).items():
             qs = self._stream(name)

@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..engine.stream_start import AT_ID, AT_TIMESTAMP, EARLIEST, LATEST, StartingPosition
+from ..engine.stream.start import AT_ID, AT_TIMESTAMP, EARLIEST, LATEST, StartingPosition
 from ..errors import ConfigError
 from ..validate import queue_name
 

@@ -28,8 +28,8 @@ import pytest
 from cassandra.query import BatchStatement
 
 from cassieq_spark import QueueClient, cli
-from cassieq_spark.engine.messages import BATCH_MAX_BYTES, Pipeline, _map_bytes, write_messages
-from cassieq_spark.engine.receipts import PopReceipt
+from cassieq_spark.engine.core.messages import BATCH_MAX_BYTES, Pipeline, _map_bytes, write_messages
+from cassieq_spark.engine.core.receipts import PopReceipt
 from cassieq_spark.errors import (
     CassieQError,
     ConfigError,

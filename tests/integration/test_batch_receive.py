@@ -19,9 +19,10 @@ import pytest
 
 from cassieq_spark import QueueClient
 from cassieq_spark.cli import EXIT_EMPTY, EXIT_USAGE
-from cassieq_spark.engine import clock, faults, pointers
-from cassieq_spark.engine.messages import read_range
-from cassieq_spark.engine.receipts import PopReceipt
+from cassieq_spark.engine.core import clock, pointers
+from cassieq_spark.engine.core.messages import read_range
+from cassieq_spark.engine.core.receipts import PopReceipt
+from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import ConfigError, InvalidReceiptError, QueueBusyError
 
 BATCH_CLAIM = "IF version = null AND acked = null AND dead = null"

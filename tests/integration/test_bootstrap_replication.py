@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine import schema
+from cassieq_spark.engine.store import schema
 from cassieq_spark.errors import KeyspaceReplicationError
 
 pytestmark = pytest.mark.integration

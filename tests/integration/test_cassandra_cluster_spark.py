@@ -36,8 +36,8 @@ from cluster_faults import (  # tests/integration is on sys.path
 )
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine import monoton
-from cassieq_spark.engine.messages import read_range
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.spark import register
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]

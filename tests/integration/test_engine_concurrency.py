@@ -20,7 +20,7 @@ import time
 import pytest
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine.receipts import PopReceipt
+from cassieq_spark.engine.core.receipts import PopReceipt
 
 PRODUCERS = 4
 CONSUMERS = 4

@@ -12,7 +12,7 @@ from cassieq_spark import (
     QueueNotFoundError,
     SchemaNotBootstrappedError,
 )
-from cassieq_spark.engine.schema import SCHEMA_VERSION
+from cassieq_spark.engine.store.schema import SCHEMA_VERSION
 
 
 def test_unknown_queue_is_named(queue_client, queue_name):

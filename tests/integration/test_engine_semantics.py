@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cassieq_spark import StaleReceiptError
-from cassieq_spark.engine.consumer import (
+from cassieq_spark.engine.consume.consumer import (
     HEADER_DELIVERY_COUNT,
     HEADER_ORIGIN_ID,
     HEADER_ORIGIN_QUEUE,

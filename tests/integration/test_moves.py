@@ -13,9 +13,9 @@ import time
 import pytest
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine import faults
-from cassieq_spark.engine.deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from cassieq_spark.engine.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_COUNT
+from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.upkeep.deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from cassieq_spark.engine.upkeep.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_COUNT
 from cassieq_spark.errors import ConfigError
 
 pytestmark = pytest.mark.integration

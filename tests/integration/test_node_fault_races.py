@@ -1,5 +1,5 @@
 """The two races the 3-node Spark fault test found (docs/cluster.md), forced deterministically on
-the real Cassandra through the fault seam (``engine/faults.py``):
+the real Cassandra through the fault seam (``engine/store/faults.py``):
 
 * a compare-and-set whose outcome is unknown, and whose settling SERIAL read also times out
   while a replica is frozen or restarting, must keep reading rather than hand the timeout to
@@ -17,8 +17,9 @@ import time
 import pytest
 from test_protocol_source import drivers  # noqa: F401  (fixture)
 
-from cassieq_spark.engine import faults, monoton, pointers
-from cassieq_spark.engine.session import SERIAL_READ_ATTEMPTS
+from cassieq_spark.engine.core import monoton, pointers
+from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.store.session import SERIAL_READ_ATTEMPTS
 from cassieq_spark.errors import QueueBusyError
 
 pytestmark = [pytest.mark.integration]

@@ -19,10 +19,11 @@ from cassandra.policies import WriteType
 
 from cassieq_spark import ConfigError, QueueBusyError, QueueClient, QueueNotFoundError
 from cassieq_spark.config import connection_from_options
-from cassieq_spark.engine import clock, faults, monoton, pointers
-from cassieq_spark.engine.buckets import bucket_of
-from cassieq_spark.engine.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from cassieq_spark.engine.messages import write_messages
+from cassieq_spark.engine.consume.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from cassieq_spark.engine.core import clock, monoton, pointers
+from cassieq_spark.engine.core.buckets import bucket_of
+from cassieq_spark.engine.core.messages import write_messages
+from cassieq_spark.engine.store import faults
 
 pytestmark = pytest.mark.integration
 
@@ -362,7 +363,7 @@ def test_f15_late_ack_while_the_copy_is_written_leaves_one_outcome(
     dlq = f"{queue_name}_dlq"
     msg = _poison(q, queue_name, dlq)
     late_ack = []
-    from cassieq_spark.engine import producer
+    from cassieq_spark.engine.write import producer
 
     real = producer.enqueue
 
@@ -373,7 +374,7 @@ def test_f15_late_ack_while_the_copy_is_written_leaves_one_outcome(
 
     # Wherever the dead-letter copy is enqueued from (the client before the fix, the engine's
     # deadletter module after it).
-    for where in ("cassieq_spark.client", "cassieq_spark.engine.deadletter"):
+    for where in ("cassieq_spark.client", "cassieq_spark.engine.upkeep.deadletter"):
         try:
             module = importlib.import_module(where)
         except ImportError:
@@ -444,7 +445,7 @@ def test_f15_two_finishers_count_the_dead_letter_once(queue_client, queue_name, 
     counted for 40). Two consumers finish one half-done dead-letter move at once; the reply
     of the loser's compare-and-set is lost and its read-back used to see the move finished
     and count it again. Now the finishing write carries a token."""
-    from cassieq_spark.engine import deadletter
+    from cassieq_spark.engine.upkeep import deadletter
 
     q = queue_client
     dlq = f"{queue_name}_dlq"
@@ -628,7 +629,7 @@ def test_f19_acked_cell_expires_with_the_message(queue_client, queue_name):
 def test_f23_largest_allowed_message_fits_in_one_mutation(queue_client, queue_name):
     """Old code (verified): max_payload_bytes up to 16 MiB was accepted, Cassandra's mutation
     and frame limit: such a message was refused at put time. Headers had no size limit."""
-    from cassieq_spark.engine.queues import MAX_PAYLOAD_LIMIT
+    from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
 
     with pytest.raises(ConfigError, match="max payload bytes"):
         queue_client.create_queue(queue_name, max_payload_bytes=16 * 1024 * 1024)
@@ -781,7 +782,7 @@ def test_f22_storage_stays_bounded_whatever_the_history(
 
     (Timers are deleted once well behind the invisibility pointer: here 8 slots instead of
     the real margin of a minute, so that the test need not wait.)"""
-    from cassieq_spark.engine import timers
+    from cassieq_spark.engine.core import timers
 
     monkeypatch.setattr(timers, "RECLAIM_LAG_SLOTS", 8, raising=False)
     q = own_keyspace_client

@@ -12,10 +12,12 @@ import uuid
 import pytest
 from cassandra import WriteTimeout
 
-from cassieq_spark.engine import faults, monoton, producer
-from cassieq_spark.engine.counters import Counters
-from cassieq_spark.engine.messages import read_range, write_messages
-from cassieq_spark.engine.schema import SENTINEL_LO
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.core.counters import Counters
+from cassieq_spark.engine.core.messages import read_range, write_messages
+from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.store.schema import SENTINEL_LO
+from cassieq_spark.engine.write import producer
 from cassieq_spark.errors import QueueNotFoundError
 
 pytestmark = pytest.mark.integration
@@ -83,7 +85,7 @@ def test_f1_conditional_statements_are_never_resent():
     error, conditional ones included (45e5919 set no policy). Now only idempotent ones are."""
     from cassandra.policies import RetryPolicy
 
-    from cassieq_spark.engine.session import QueueRetryPolicy, is_idempotent
+    from cassieq_spark.engine.store.session import QueueRetryPolicy, is_idempotent
 
     class Stmt:
         def __init__(self, idempotent):
@@ -150,7 +152,7 @@ def test_f9_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
     monoton._last_next.pop(q.queue_id, None)  # a second writer that has to read the counter
     b = monoton.reserve(conn, q, 5)
     assert (a.lo, b.lo) == (0, 5)
-    from cassieq_spark.engine import pointers
+    from cassieq_spark.engine.core import pointers
 
     assert pointers.advance(conn, q, "reader", 3) is True
     assert pointers.read(conn, q).reader == 3

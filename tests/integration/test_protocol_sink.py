@@ -1,7 +1,7 @@
 """Protocol findings of the sink and the producer (F2, F4, F11, F23, F25, F27, F28), each forced
 deterministically against the real Cassandra: task attempts are run in process as Spark would
-run them (``_TaskWrite`` with the same plan), races through the fault seam
-(``engine/faults.py``), and Spark itself where the finding is about Spark's replays.
+run them (``TaskWrite`` with the same plan), races through the fault seam
+(``engine/store/faults.py``), and Spark itself where the finding is about Spark's replays.
 
 Every test counts deliveries: it drains the queue with ``get`` and checks that each value came
 back exactly once (or at least once, where duplicates are the documented price).
@@ -24,10 +24,11 @@ from test_sink import (  # tests/integration is on sys.path
     write_text_files,
 )
 
-from cassieq_spark.engine import faults, messages, monoton
+from cassieq_spark.engine.core import messages, monoton
+from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import CassieQError, ReplayMismatchError
 from cassieq_spark.spark.options import resolve_queue, sink_options
-from cassieq_spark.spark.sink import InputLayout, SinkPlan, _TaskWrite
+from cassieq_spark.spark.sink import InputLayout, SinkPlan, TaskWrite
 from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
 
 
@@ -50,7 +51,7 @@ def _batch(values: list[str]) -> pa.RecordBatch:
 
 
 def _run(plan: SinkPlan, values: list[str], partition: int = 0):
-    task = _TaskWrite(plan, partition=partition)
+    task = TaskWrite(plan, partition=partition)
     return task.run(_arrow_slices(task, iter([_batch(values)])))
 
 
@@ -124,7 +125,7 @@ def test_f2_keyed_enqueue_after_repair_rewrites_what_repair_did_not_deliver(
 ):
     """``producer.enqueue`` with a key (the dead-letter move) had the same hole (by reading:
     ``find_keyed`` said open, the rows went into the repaired range, the call returned)."""
-    from cassieq_spark.engine.producer import enqueue
+    from cassieq_spark.engine.write.producer import enqueue
 
     info = queue_client.create_queue(queue_name, bucket_size=100, repair_timeout=1)
     values = _values(0, 64)
@@ -212,7 +213,7 @@ def _two_attempts(queue_client, cassieq_options, queue_name, values):
     key and writes the same rows into it. Returns both with their row feeds half consumed."""
     queue_client.create_queue(queue_name, bucket_size=100)
     plan = _plan(queue_client, cassieq_options, queue_name, "spec")
-    a, b = _TaskWrite(plan), _TaskWrite(plan)
+    a, b = TaskWrite(plan), TaskWrite(plan)
     feed_a = _arrow_slices(a, iter([_batch(values)]))
     feed_b = _arrow_slices(b, iter([_batch(values)]))
     next(feed_a)  # chunk 0 (64 rows) reserved by A and written; 36 rows buffered
@@ -380,7 +381,7 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     faults.inject(faults.LOST_REPLY, faults.is_conditional, times=None)
     assert _run(plan, values).written == 150
     assert _run(plan, values).replayed == 150
-    a, b = _TaskWrite(plan, partition=1), _TaskWrite(plan, partition=1)
+    a, b = TaskWrite(plan, partition=1), TaskWrite(plan, partition=1)
     next(_arrow_slices(a, iter([_batch(_values(150, 250))])))
     next(_arrow_slices(b, iter([_batch(_values(150, 250))])))
     a.rollback()

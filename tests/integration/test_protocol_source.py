@@ -1,5 +1,5 @@
 """Protocol findings of the streaming source, each forced deterministically against the real
-Cassandra (nothing of it is mocked; races go through ``engine/faults.py``).
+Cassandra (nothing of it is mocked; races go through ``engine/store/faults.py``).
 
 Most tests drive :class:`CassieQStreamReader` in this process the way Spark's driver does
 (``initialOffset``, ``latestOffset``, ``partitions``, ``read``, ``commit``), which lets a test act
@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_source_stream import Collector, start  # tests/integration is on sys.path
 
-from cassieq_spark.engine import faults, monoton, pointers
+from cassieq_spark.engine.core import monoton, pointers
+from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import CheckpointMismatchError, QueueBusyError, QueueNotFoundError
 from cassieq_spark.spark import register
 from cassieq_spark.spark.source import CassieQStreamReader
@@ -89,7 +90,7 @@ def drivers(queue_client, cassieq_options):
 
 
 def acked_flag(queue_client, queue: str, mid: int):
-    from cassieq_spark.engine.messages import read_one
+    from cassieq_spark.engine.core.messages import read_one
 
     return read_one(queue_client.conn, queue_client.get_queue(queue), mid, "acked").acked
 

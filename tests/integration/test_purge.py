@@ -10,9 +10,9 @@ import time
 import pytest
 from test_cli import run  # noqa: F401  (the CLI fixture; tests/integration is on sys.path)
 
-from cassieq_spark.engine import faults
-from cassieq_spark.engine.queues import get_queue
-from cassieq_spark.engine.stream import StreamConsumer
+from cassieq_spark.engine.core.queues import get_queue
+from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.stream.consumer import StreamConsumer
 from cassieq_spark.errors import QueueBusyError
 
 pytestmark = [pytest.mark.integration]

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from cassieq_spark.config import connection_from_options
-from cassieq_spark.engine import monoton, pointers, repair
-from cassieq_spark.engine.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from cassieq_spark.engine.messages import write_messages
+from cassieq_spark.engine.consume.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+from cassieq_spark.engine.core import monoton, pointers
+from cassieq_spark.engine.core.messages import write_messages
+from cassieq_spark.engine.upkeep import repair
 from cassieq_spark.spark.repair_job import RepairSettings, run_pass
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "repair.py"

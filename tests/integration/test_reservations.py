@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from cassieq_spark.engine import monoton
-from cassieq_spark.engine.consumer import record_skipped
-from cassieq_spark.engine.messages import write_messages
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.core.messages import write_messages
+from cassieq_spark.engine.upkeep.ranges import record_skipped
 
 
 def _queue(queue_client, name, repair_timeout=0.5):

@@ -19,7 +19,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from cassieq_spark.engine import messages, monoton
+from cassieq_spark.engine.core import messages, monoton
 
 # headers as canonical JSON text: Spark cannot sort (so chispa cannot compare) map columns
 READ_SCHEMA = StructType([StructField("value", BinaryType()), StructField("headers", StringType())])
@@ -430,7 +430,7 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
     import pyarrow as pa
 
     from cassieq_spark.spark.options import resolve_queue, sink_options
-    from cassieq_spark.spark.sink import InputLayout, SinkPlan, _TaskWrite
+    from cassieq_spark.spark.sink import InputLayout, SinkPlan, TaskWrite
     from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
 
     queue_client.create_queue(queue_name, bucket_size=100)
@@ -443,7 +443,7 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
     first = monoton.reserve_keyed(queue_client.conn, info, "w:crashed-write:0:0", 64)
     messages.write_messages(queue_client.conn, info, first.lo, [v.encode() for v in values[:32]])
 
-    task = _TaskWrite(plan)
+    task = TaskWrite(plan)
     batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
     msg = task.run(_arrow_slices(task, iter([batch])))
     assert msg.written == 150 and msg.replayed == 0
@@ -453,7 +453,7 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
     assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
 
     # and a further replay of the finished task writes nothing
-    again = _TaskWrite(plan)
+    again = TaskWrite(plan)
     msg = again.run(_arrow_slices(again, iter([batch])))
     assert msg.written == 0 and msg.replayed == 150
     assert len(stored_rows(queue_client, queue_name, include_dead=True)) == 150

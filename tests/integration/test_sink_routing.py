@@ -26,9 +26,9 @@ from test_sink import (
     stored_rows,
 )
 
-from cassieq_spark.engine import faults
+from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import QueueNotFoundError
-from cassieq_spark.spark.sink import _RoutedTask, plan_sink
+from cassieq_spark.spark.sink import RoutedTask, plan_sink
 from cassieq_spark.spark.sink_input import arrow_slices
 
 pytestmark = pytest.mark.integration
@@ -137,12 +137,12 @@ def test_retried_routed_task_writes_each_queue_once(
             raise RuntimeError("executor lost")
 
     faults.on("sink.before_close", crash_in_b)  # a closes first (sorted), then b fails
-    task = _RoutedTask(plan, partition=0)
+    task = RoutedTask(plan, partition=0)
     with pytest.raises(RuntimeError):
         task.run(arrow_slices(task, iter([batch])))
     faults.reset()
 
-    retry = _RoutedTask(plan, partition=0)
+    retry = RoutedTask(plan, partition=0)
     msg = retry.run(arrow_slices(retry, iter([batch])))
     want_a = [v for v, d in zip(values, dests, strict=True) if d == a]
     want_b = [v for v, d in zip(values, dests, strict=True) if d == b]
@@ -152,7 +152,7 @@ def test_retried_routed_task_writes_each_queue_once(
 
     stored = {q: len(stored_rows(queue_client, q, include_dead=True)) for q in (a, b)}
     assert stored[a] == len(want_a)  # b also holds the rows of its rolled-back attempt, dead
-    again = _RoutedTask(plan, partition=0)
+    again = RoutedTask(plan, partition=0)
     msg = again.run(arrow_slices(again, iter([batch])))
     assert (msg.written, msg.replayed) == (0, 100)
     assert {q: len(stored_rows(queue_client, q, include_dead=True)) for q in (a, b)} == stored

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
-from cassieq_spark.engine import monoton
-from cassieq_spark.engine.messages import read_range
-from cassieq_spark.engine.repair import skipped_ranges
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.core.messages import read_range
+from cassieq_spark.engine.upkeep.repair import skipped_ranges
 from cassieq_spark.spark import register
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

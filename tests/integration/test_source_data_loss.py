@@ -21,7 +21,8 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
-from cassieq_spark.engine import lost, monoton
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.upkeep import lost
 from cassieq_spark.errors import DataLossError, QueueBusyError
 from cassieq_spark.spark.source import CassieQStreamReader
 

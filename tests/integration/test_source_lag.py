@@ -9,8 +9,8 @@ import time
 import pytest
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
-from cassieq_spark.engine.queues import get_queue
-from cassieq_spark.engine.stream import StreamConsumer
+from cassieq_spark.engine.core.queues import get_queue
+from cassieq_spark.engine.stream.consumer import StreamConsumer
 from cassieq_spark.spark import lag_listener, register
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -12,10 +12,10 @@ from chispa import assert_df_equality
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
 
-from cassieq_spark.engine.queues import get_queue
-from cassieq_spark.engine.stream import StreamConsumer
-from cassieq_spark.engine.stream_read import read_id_path
-from cassieq_spark.engine.stream_start import StartingPosition
+from cassieq_spark.engine.core.queues import get_queue
+from cassieq_spark.engine.stream.consumer import StreamConsumer
+from cassieq_spark.engine.stream.read import read_id_path
+from cassieq_spark.engine.stream.start import StartingPosition
 from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

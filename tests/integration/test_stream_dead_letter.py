@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from test_source_stream import start  # tests/integration is on sys.path
 
-from cassieq_spark.engine.deadletter import (
+from cassieq_spark.engine.upkeep.deadletter import (
     HEADER_DELIVERY_COUNT,
     HEADER_ORIGIN_ID,
     HEADER_ORIGIN_QUEUE,

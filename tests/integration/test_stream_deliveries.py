@@ -1,4 +1,4 @@
-"""The stream's delivery counts (``engine/stream_deliveries.py``) against the real Cassandra,
+"""The stream's delivery counts (``engine/stream/deliveries.py``) against the real Cassandra,
 without Spark: the executors' code path, with the failures forced through the fault seam."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
-from cassieq_spark.engine import faults, stream_deliveries, stream_read
-from cassieq_spark.engine.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID
+from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.stream import deliveries as stream_deliveries
+from cassieq_spark.engine.stream import read as stream_read
+from cassieq_spark.engine.upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cassieq_spark.cli import _check_args, build_parser
-from cassieq_spark.engine.batch_ack import receipts_list, visibility_pairs
+from cassieq_spark.engine.consume.batch_ack import receipts_list, visibility_pairs
 from cassieq_spark.errors import ConfigError
 from cassieq_spark.validate import MAX_BATCH, MAX_WAIT_SECONDS, max_messages, wait_seconds
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cassieq_spark.engine.buckets import (
+from cassieq_spark.engine.core.buckets import (
     MAX_BUCKET_SIZE,
     bucket_end,
     bucket_of,

@@ -206,7 +206,7 @@ def _layout_paths() -> list[str]:
 
 def test_every_path_in_the_layout_exists() -> None:
     paths = _layout_paths()
-    assert "cassieq_spark/engine/monoton.py" in paths and "jobs/demo.py" in paths, paths
+    assert "cassieq_spark/engine/core/monoton.py" in paths and "jobs/demo.py" in paths, paths
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, f"the README's Layout names paths that do not exist: {missing}"
 

@@ -15,7 +15,7 @@ from cassieq_spark.config import (
     replica_data_centers,
     visibility_seconds,
 )
-from cassieq_spark.engine.queues import validate_settings
+from cassieq_spark.engine.core.queues import validate_settings
 from cassieq_spark.errors import ConfigError
 
 NTS = "org.apache.cassandra.locator.NetworkTopologyStrategy"

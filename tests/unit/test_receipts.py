@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from cassieq_spark.engine.receipts import PopReceipt
+from cassieq_spark.engine.core.receipts import PopReceipt
 from cassieq_spark.errors import StaleReceiptError
 
 

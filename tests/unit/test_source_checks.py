@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cassieq_spark.engine.stream_start import StartingPosition
+from cassieq_spark.engine.stream.start import StartingPosition
 from cassieq_spark.errors import ConfigError
 from cassieq_spark.spark.options import parse_source_settings
 

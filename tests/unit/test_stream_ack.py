@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cassieq_spark.engine.stream_ack import SCAN_MAX_BUCKETS, SCAN_MAX_IDS, _gaps, _scans
+from cassieq_spark.engine.stream.ack import SCAN_MAX_BUCKETS, SCAN_MAX_IDS, _gaps, _scans
 
 
 def _ids(scans, bucket_size):

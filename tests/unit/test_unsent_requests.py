@@ -11,7 +11,7 @@ from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.pool import NoConnectionsAvailable
 
-from cassieq_spark.engine.failures import never_sent
+from cassieq_spark.engine.store.failures import never_sent
 from cassieq_spark.errors import CassandraUnavailableError, ConnectionFailedError
 
 
@@ -70,7 +70,7 @@ def test_the_unavailable_error_says_whether_a_node_received_the_request(errors, 
     serial read settling it (on a dead cluster that multiplied the time to fail)."""
     from cassandra.cluster import Cluster
 
-    from cassieq_spark.engine.failures import unavailable_error
+    from cassieq_spark.engine.store.failures import unavailable_error
 
     cluster = Cluster(contact_points=["127.0.0.1"], port=1)  # never connected: no hosts known
     err = unavailable_error(cluster, _nha(*errors), "127.0.0.1:1")

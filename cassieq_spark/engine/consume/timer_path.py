@@ -1,0 +1,175 @@
+"""The client's timer path: messages that come back through their timers (expired deliveries,
+delayed messages), from the invisibility pointer up to now.
+
+Its cost is bounded whatever the backlog (finding F18): the due rows are read a growing window
+at a time, never more than ``TIMER_READ_WINDOW`` at once; ids this client knows to be held are
+not read again before they are due, nor the ones it acked itself; and it gives up after
+``MAX_LOST_CLAIMS`` lost claims (each lost claim costs a Paxos round and leaves a timer behind).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..core import pointers, timers
+from ..core.buckets import bucket_of
+from ..core.clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
+from ..core.messages import MOVED_DLQ, Message, is_expired
+from ..core.queues import QueueInfo
+from ..store.session import Connection
+from ..upkeep import deadletter
+
+TIMER_READ_WINDOW = 64  # due timer rows read at once, at most
+MAX_LOST_CLAIMS = 3  # claims lost in a row before a get re-reads (reader path) or moves on
+CONTENDED_SECONDS = 1.0  # a message someone else just claimed is not looked at for this long
+# What scans need to decide; payloads are fetched only for the one message claimed, so a scan
+# costs the same for 1 MiB payloads as for 10-byte ones.
+SCAN_COLUMNS = (
+    "id, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead, moved"
+)
+ROW = "SELECT {cols} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
+
+
+class TimerPath:
+    """What one client knows of a queue's due timers between two gets."""
+
+    def __init__(self, conn: Connection, counters):
+        self.conn = conn
+        self.counters = counters
+        # queue_id -> {slot: {id: until}}: ids of due slots not worth reading again before
+        # ``until`` (inf: acked or dead, final; else due later, or held by another consumer).
+        self._known: dict = {}
+        # (queue_id, id) -> (version, timer slot) of deliveries this client made: its own
+        # acks make their timers final without a read.
+        self._holding: dict = {}
+
+    def delivered(self, queue: QueueInfo, message_id: int, version: int, due: float) -> None:
+        if len(self._holding) > 100_000:
+            self._holding.clear()
+        self._holding[(queue.queue_id, message_id)] = (version, timer_slot(due))
+
+    def acked(self, queue: QueueInfo, message_id: int, version: int) -> None:
+        held = self._holding.pop((queue.queue_id, message_id), None)
+        if held is not None and held[0] == version:
+            slot = self._known.setdefault(queue.queue_id, {}).setdefault(held[1], {})
+            slot[message_id] = math.inf  # its timer needs no read any more
+
+    def next(
+        self,
+        queue: QueueInfo,
+        ptrs: pointers.Pointers,
+        now: float,
+        vt: float,
+        claim: Callable[[QueueInfo, Any, float, float], Message | None],
+    ) -> Message | None:
+        """The first due message ``claim`` wins; moves the invisibility pointer over the slots
+        found resolved. None: nothing due (or only lost races: the reader path may have some).
+        """
+        taken = self.take(queue, ptrs, now, vt, claim, 1)
+        return taken[0] if taken else None
+
+    def take(
+        self,
+        queue: QueueInfo,
+        ptrs: pointers.Pointers,
+        now: float,
+        vt: float,
+        claim: Callable[[QueueInfo, Any, float, float], Message | None],
+        want: int,
+    ) -> list[Message]:
+        """Up to ``want`` due messages, each claimed by ``claim`` (one compare-and-set each), in
+        one pass over the due slots; fewer when fewer are due."""
+        out: list[Message] = []
+        now_slot = timer_slot(now)
+        resolved_to = ptrs.timer_slot
+        contiguous = True
+        known = self._known.setdefault(queue.queue_id, {})
+        for old in [s for s in known if s < ptrs.timer_slot]:
+            del known[old]
+        lost = 0
+        slots = timers.due_slots(self.conn, queue, ptrs.timer_slot, now_slot)
+        for slot, ids in timers.ids_in_slots(self.conn, queue, slots):
+            seen = known.setdefault(slot, {})
+            slot_resolved = True
+            todo = []
+            for mid in ids:
+                until = seen.get(mid, 0.0)
+                if until <= now:
+                    todo.append(mid)
+                elif until != math.inf and timer_slot(until) <= slot:
+                    slot_resolved = False  # due later within this very slot
+            for row in _read_rows(self.conn, queue, todo):
+                if row.acked or is_expired(row, queue, now):
+                    seen[row.id] = math.inf
+                    continue
+                if row.dead:
+                    if row.moved == MOVED_DLQ:  # a dead-letter move a crash left half done
+                        deadletter.complete(self.conn, self.counters, queue, row.id)
+                    seen[row.id] = math.inf
+                    continue
+                due = max(to_epoch(row.visible_at), to_epoch(row.invisible_until))
+                if due > now:
+                    seen[row.id] = due
+                    if timer_slot(due) <= slot:
+                        slot_resolved = False
+                    continue  # otherwise a later timer owns it
+                if row.version is None and to_epoch(row.visible_at) == 0:
+                    # never delivered and never delayed: the reader path owns it
+                    seen[row.id] = math.inf
+                    continue
+                if (row.deliveries or 0) >= queue.max_delivery_count:
+                    if deadletter.take(self.conn, self.counters, queue, row, now):
+                        seen[row.id] = math.inf
+                    else:
+                        slot_resolved = False  # acked or claimed meanwhile: look again
+                    continue
+                msg = claim(queue, row, now, vt)
+                if msg is not None:
+                    seen[row.id] = now + vt
+                    out.append(msg)
+                    if len(out) >= want:
+                        return out
+                    continue
+                # Someone else holds it now (and wrote its own timer) or acked it.
+                seen[row.id] = now + CONTENDED_SECONDS
+                lost += 1
+                if lost >= MAX_LOST_CLAIMS:
+                    break
+            if lost >= MAX_LOST_CLAIMS:
+                contiguous = False
+                break  # others are on these timers; the reader path may have something
+            if contiguous and slot_resolved:
+                resolved_to = slot + 1
+            else:
+                contiguous = False
+        if contiguous:
+            resolved_to = max(resolved_to, now_slot + 1)
+        target = min(resolved_to, now_slot - TIMER_SETTLE_SLOTS)
+        if target > ptrs.timer_slot:
+            pointers.advance(self.conn, queue, "timer_slot", target)
+        return out
+
+
+def _read_rows(conn: Connection, queue: QueueInfo, ids: list[int]) -> Iterator:
+    """The scan columns of ``ids`` (missing rows left out), in id order. The reads in flight
+    grow from a few to ``TIMER_READ_WINDOW`` as rows are consumed, so a caller that stops at
+    the first row it can claim has read little more than that row."""
+    stmt = conn.prepare(ROW.format(cols=SCAN_COLUMNS))
+    todo = iter(sorted(ids))
+    pending: deque = deque()
+    consumed = 0
+    while True:
+        limit = min(TIMER_READ_WINDOW, 4 + 2 * consumed)
+        for mid in todo:
+            pending.append(
+                conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+            )
+            if len(pending) >= limit:
+                break
+        if not pending:
+            return
+        yield from pending.popleft().result()
+        consumed += 1

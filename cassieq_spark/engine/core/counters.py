@@ -1,0 +1,66 @@
+"""Per-queue totals kept in Cassandra counter columns (enqueued, acked, dead-lettered, ...).
+
+Counter updates are not idempotent: a write that times out and is retried may count twice.
+Each is done once per operation (per block for puts, per batch for the Spark source), never on
+a retry path, so the totals are exact unless Cassandra itself times out.
+
+A counter update that fails (a replica killed mid-write: Cassandra writes counters through one
+leader replica at ONE, so one lost node can time them out) is logged and dropped, never raised:
+the message operation it follows has already happened, and an error would make its caller
+repeat it (a second copy of a put). The totals are then off by that update; the live figures of
+``stats`` (backlog, in flight) are read from the messages and stay exact.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
+
+from ..store.session import Connection
+from .queues import QueueInfo
+
+log = logging.getLogger(__name__)
+# ConnectionException: the connection died with the update in flight (a node SIGKILLed); the
+# retry policy never re-sends a counter update, so the driver hands that error up as it is.
+COUNTER_FAILURES = (
+    WriteTimeout,
+    Unavailable,
+    OperationTimedOut,
+    NoHostAvailable,
+    ConnectionException,
+)
+
+NAMES = ("enqueued", "acked", "dead_lettered", "dropped", "republished", "lost")
+
+
+class Counters:
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def add(self, queue: QueueInfo, name: str, n: int) -> None:
+        if name not in NAMES:
+            raise ValueError(name)
+        if not n:
+            return
+        try:
+            self.conn.execute(
+                f"UPDATE {{ks}}.counters SET {name} = {name} + ? WHERE queue_id = ?",
+                (n, queue.queue_id),
+            )
+        except COUNTER_FAILURES as exc:
+            log.warning(
+                "queue %s: counter %s += %d may not be recorded (%s); the total is off by it",
+                queue.name,
+                name,
+                n,
+                type(exc).__name__,
+            )
+
+    def read(self, queue: QueueInfo) -> dict[str, int]:
+        row = self.conn.execute(
+            f"SELECT {', '.join(NAMES)} FROM {{ks}}.counters WHERE queue_id = ?", (queue.queue_id,)
+        ).one()
+        return {n: int(getattr(row, n) or 0) if row else 0 for n in NAMES}

@@ -1,0 +1,296 @@
+"""Message rows: written in unlogged batches per bucket partition, pipelined; read by id range."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import struct
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
+
+from ... import validate
+from ...config import MAX_DELAY_SECONDS
+from ...errors import ConfigError, PayloadTooLargeError
+from ..store.session import Connection
+from . import timers as timer_rows
+from .buckets import bucket_of, split_by_bucket
+from .clock import from_epoch, to_epoch, utcnow
+from .queues import QueueInfo
+
+log = logging.getLogger(__name__)
+
+# Cassandra warns above 5 KiB and fails above 50 KiB per batch by default: stay well below.
+BATCH_MAX_BYTES = 24 * 1024
+BATCH_MAX_ROWS = 128
+IN_FLIGHT = 48  # concurrent requests per writer
+
+_INSERT = (
+    "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+)
+
+COLUMNS = "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
+# Headers travel in the same mutation as the payload: together they must stay below
+# Cassandra's mutation size limit (see queues.MAX_PAYLOAD_LIMIT).
+MAX_HEADERS_BYTES = validate.MAX_HEADERS_BYTES
+
+# Values of ``moved``: why a row marked dead left the queue, and whether its copy is written.
+# The compare-and-set that marks the row comes first (so a late ack or claim cannot also win),
+# the copy second, keyed by the original id; the marker lets whoever finds it finish the copy.
+MOVED_DLQ = "dlq"  # dead-lettered; the copy may not be written yet
+MOVED_DLQ_DONE = "dlq-copied"
+MOVED_DLQ_MISSING = "dlq-missing"  # its dead-letter queue was deleted: dropped, counted
+MOVED_REPAIR = "repair"  # in a skipped range, republished by repair (done with the range)
+
+
+@dataclass
+class Message:
+    """One delivered (or peeked) message."""
+
+    id: int
+    payload: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    pop_receipt: str | None = None
+    delivery_count: int = 0
+    enqueued_at: dt.datetime | None = None
+
+    @property
+    def text(self) -> str:
+        return self.payload.decode("utf-8")
+
+    def as_dict(self) -> dict:
+        try:
+            payload = self.payload.decode("utf-8")
+            encoding = "utf-8"
+        except UnicodeDecodeError:
+            import base64
+
+            payload = base64.b64encode(self.payload).decode("ascii")
+            encoding = "base64"
+        return {
+            "id": self.id,
+            "payload": payload,
+            "encoding": encoding,
+            "headers": self.headers,
+            "pop_receipt": self.pop_receipt,
+            "delivery_count": self.delivery_count,
+            "enqueued_at": self.enqueued_at.isoformat() if self.enqueued_at else None,
+        }
+
+
+def to_bytes(
+    payload: bytes | bytearray | memoryview | str, queue: QueueInfo, position: int | None = None
+) -> bytes:
+    if isinstance(payload, str):
+        where = f" at position {position}" if position is not None else ""
+        data = validate.text(payload, f"payload{where}")
+    elif isinstance(payload, (bytes, bytearray, memoryview)):
+        data = bytes(payload)
+    else:
+        where = f" at position {position}" if position is not None else ""
+        raise ConfigError(f"payload{where} must be bytes or str, got {type(payload).__name__}")
+    if len(data) > queue.max_payload_bytes:
+        where = f" at position {position}" if position is not None else ""
+        raise PayloadTooLargeError(
+            f"payload{where} has {len(data)} bytes; queue {queue.name!r} allows at most "
+            f"{queue.max_payload_bytes} (max_payload_bytes)"
+        )
+    return data
+
+
+def is_done(row, reader: int) -> bool:
+    """Nothing more will be delivered for this message row: acked, dead, or consumed by a
+    streaming query (never delivered to a client, not delayed, and behind the reader pointer,
+    which a streaming query moves only over what Spark committed). Needs the columns
+    ``id, version, visible_at, acked, dead``."""
+    return bool(
+        row.acked
+        or row.dead
+        or (row.version is None and row.visible_at is None and row.id < reader)
+    )
+
+
+def is_expired(row, queue: QueueInfo, now: float) -> bool:
+    """The message's TTL has passed: its payload is gone (or about to be); never deliver it.
+
+    ``enqueued_at`` is written with the payload, under the same TTL: a row without it only
+    holds cells written later (a delivery, an ack), never a message (finding F19)."""
+    if row.enqueued_at is None:
+        return True
+    return bool(queue.ttl) and to_epoch(row.enqueued_at) + queue.ttl <= now
+
+
+def remaining_ttl(row, queue: QueueInfo, now: float) -> int:
+    """The TTL for a write to an existing message row: what is left of the message's own, so
+    that cells written after the insert (delivery, ack) expire with its payload, not after it.
+    0 (no TTL) for queues without a message TTL. Needs ``enqueued_at``."""
+    if not queue.ttl:
+        return 0
+    left = to_epoch(row.enqueued_at) + queue.ttl - now if row.enqueued_at is not None else 0
+    return max(1, math.ceil(left))
+
+
+def check_headers(headers: object, position: int | None = None) -> dict[str, str] | None:
+    return validate.headers(headers, position)
+
+
+class Pipeline:
+    """Keeps up to ``IN_FLIGHT`` requests running; raises the first failure on ``drain``."""
+
+    def __init__(self, conn: Connection, in_flight: int = IN_FLIGHT):
+        self.conn = conn
+        self.limit = in_flight
+        self.futures: deque = deque()
+
+    def submit(self, statement, params=None) -> None:
+        if len(self.futures) >= self.limit:
+            # Waiting on the oldest keeps ordering simple and the window full.
+            self.futures.popleft().result()
+        self.futures.append(self.conn.execute_async(statement, params))
+
+    def drain(self) -> None:
+        futures, self.futures = self.futures, deque()
+        error = None
+        for f in futures:
+            try:
+                f.result()
+            except Exception as exc:  # wait for all, then report the first
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+
+
+def _timestamp_bytes(value: dt.datetime) -> bytes:
+    return _INT64.pack(round(to_epoch(value) * 1000))
+
+
+def _map_bytes(headers: dict[str, str]) -> bytes:
+    """A frozen map<text, text> in the native protocol (v3+) encoding."""
+    parts = [_INT32.pack(len(headers))]
+    for k, v in headers.items():
+        kb, vb = k.encode("utf-8"), v.encode("utf-8")
+        parts += (_INT32.pack(len(kb)), kb, _INT32.pack(len(vb)), vb)
+    return b"".join(parts)
+
+
+def write_messages(
+    conn: Connection,
+    queue: QueueInfo,
+    first_id: int,
+    payloads: Sequence[bytes],
+    headers: Sequence[dict[str, str] | None] | None = None,
+    delays: Sequence[float] | None = None,
+    enqueued_at: dt.datetime | None = None,
+    pipeline: Pipeline | None = None,
+) -> int:
+    """Write ``payloads`` as ids ``first_id, first_id + 1, ...``. Upserts: rewriting is harmless.
+
+    Payloads must already be bytes within the size limit. Delayed messages also get a timer
+    so they come back when due even after readers have passed their id. Timers are written
+    (and waited for) before the rows: a writer that dies mid-block never leaves a delayed row
+    without its timer (finding F3); a timer without its row is skipped by readers.
+
+    This is the sink's hot path. Values are serialized here rather than by the driver's
+    ``bind`` (which re-encodes the constant queue id, timestamp and TTL for every row); absent
+    headers and delays are sent as *unset*, not null, which would write a tombstone per cell.
+    """
+    stmt = conn.prepare(_INSERT)
+    query_id = stmt.query_id
+    now_dt = enqueued_at or utcnow()
+    now = to_epoch(now_dt)
+    size = queue.bucket_size
+    qid_b = queue.queue_id.bytes
+    now_b = _timestamp_bytes(now_dt)
+    ttl_b = _INT32.pack(queue.ttl)
+    pack64 = _INT64.pack
+    pipe = pipeline or Pipeline(conn)
+    n = len(payloads)
+    if delays is not None:
+        longest = max(delays, default=0.0)
+        if longest > MAX_DELAY_SECONDS:
+            raise ConfigError(
+                f"a delay of {longest} seconds is longer than the maximum, {MAX_DELAY_SECONDS:g}"
+            )
+        timers = [(now + d, first_id + i) for i, d in enumerate(delays) if d]
+        if timers:
+            for bound in timer_rows.many_statements(conn, queue, timers, to_epoch(utcnow())):
+                pipe.submit(bound)
+            pipe.drain()
+    last_h: dict | None = None  # put_many and the sink often repeat one headers dict
+    last_hb = UNSET_VALUE
+    last_hn = 0
+    for bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
+        bucket_b = pack64(bucket)
+        batch: BatchStatement | None = None
+        rows = nbytes = 0
+        for mid in range(lo, hi):
+            i = mid - first_id
+            visible_b = UNSET_VALUE
+            if delays is not None and delays[i]:
+                visible_b = _timestamp_bytes(from_epoch(now + delays[i]))
+            h = headers[i] if headers is not None else None
+            if h is not last_h:
+                last_h, last_hb = h, (_map_bytes(h) if h else UNSET_VALUE)
+                last_hn = len(last_hb) if h else 0
+            data = payloads[i]
+            # A batch is sized by all it carries: payloads plus headers (finding P10: batches
+            # of rows each accepted alone went past the 16 MiB frame on headers).
+            row_bytes = len(data) + last_hn + 64
+            values = [
+                qid_b,
+                bucket_b,
+                pack64(mid),
+                data,
+                last_hb,
+                now_b,
+                visible_b,
+                ttl_b,
+            ]
+            if batch is None or rows >= BATCH_MAX_ROWS or nbytes + row_bytes > BATCH_MAX_BYTES:
+                if batch is not None:
+                    pipe.submit(batch)
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                # Upserts of rows at ids this writer reserved: sending one twice is harmless,
+                # so the retry policy may re-send it after a timeout or a lost connection.
+                batch.is_idempotent = True
+                # The first row goes through the public API: it sets the batch's routing key
+                # (the bucket's partition) for token-aware routing.
+                bound = BoundStatement(stmt)
+                bound.values = values
+                batch.add(bound)
+                rows, nbytes = 1, row_bytes
+                continue
+            batch._add_statement_and_params(True, query_id, values)
+            rows += 1
+            nbytes += row_bytes
+        if batch is not None:
+            pipe.submit(batch)
+    if pipeline is None:
+        pipe.drain()
+    return n
+
+
+def read_range(
+    conn: Connection, queue: QueueInfo, lo: int, hi: int, columns: str = COLUMNS
+) -> Iterator:
+    """Rows with ids in ``[lo, hi)``, in id order, bucket by bucket."""
+    stmt = conn.prepare(
+        f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+    )
+    for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
+        yield from conn.execute(stmt, (queue.queue_id, bucket, blo, bhi))
+
+
+def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):
+    return conn.execute(
+        f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+        (queue.queue_id, bucket_of(message_id, queue.bucket_size), message_id),
+    ).one()

@@ -1,0 +1,269 @@
+"""The queue registry: settings of each queue and its current incarnation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import asdict, dataclass
+
+from ... import validate
+from ...config import (
+    MAX_MESSAGE_TTL_SECONDS,
+    repair_timeout_seconds,
+    validate_queue_name,
+    visibility_seconds,
+)
+from ...errors import ConfigError, QueueExistsError, QueueNotFoundError
+from ..store import faults
+from ..store.schema import SENTINEL_LO
+from ..store.session import Connection
+from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# A message is one mutation: Cassandra refuses mutations above half its commit log segment
+# (16 MiB by default) and v4 frames above 16 MiB. Payload plus headers
+# (messages.MAX_HEADERS_BYTES) plus the row's other cells stay below both.
+MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's settings. ``queue_id`` names the incarnation (new after delete + create)."""
+
+    name: str
+    queue_id: uuid.UUID
+    bucket_size: int = DEFAULT_BUCKET_SIZE
+    max_delivery_count: int = 5
+    visibility_timeout: float = 30.0
+    repair_timeout: float = 15.0
+    dead_letter_queue: str | None = None
+    message_ttl: int | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    created_at: dt.datetime | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["queue_id"] = str(self.queue_id)
+        d["created_at"] = self.created_at.isoformat() if self.created_at else None
+        return d
+
+    @property
+    def ttl(self) -> int:
+        """TTL in seconds for message rows (0 = none)."""
+        return int(self.message_ttl or 0)
+
+
+def validate_settings(
+    *,
+    bucket_size: int,
+    max_delivery_count: int,
+    visibility_timeout: float,
+    repair_timeout: float,
+    dead_letter_queue: str | None,
+    message_ttl: int | None,
+    max_payload_bytes: int,
+    name: str,
+) -> dict:
+    validate_bucket_size(bucket_size)
+    validate.count(max_delivery_count, "max delivery count", 1, validate.MAX_DELIVERY_COUNT)
+    vt = visibility_seconds(visibility_timeout)
+    rt = repair_timeout_seconds(repair_timeout)
+    if dead_letter_queue is not None:
+        validate_queue_name(dead_letter_queue, "dead-letter queue name")
+        if dead_letter_queue == name:
+            raise ConfigError("a queue cannot be its own dead-letter queue")
+    if message_ttl is not None and (
+        not isinstance(message_ttl, int)
+        or isinstance(message_ttl, bool)
+        or not 0 < message_ttl <= MAX_MESSAGE_TTL_SECONDS
+    ):
+        raise ConfigError(
+            f"message TTL must be a whole number of seconds from 1 to {MAX_MESSAGE_TTL_SECONDS} "
+            f"(20 years, Cassandra's limit), got {message_ttl!r}"
+        )
+    if (
+        not isinstance(max_payload_bytes, int)
+        or isinstance(max_payload_bytes, bool)
+        or not (1 <= max_payload_bytes <= MAX_PAYLOAD_LIMIT)
+    ):
+        raise ConfigError(
+            f"max payload bytes must be from 1 to {MAX_PAYLOAD_LIMIT}, got {max_payload_bytes!r}"
+        )
+    return {
+        "bucket_size": bucket_size,
+        "max_delivery_count": max_delivery_count,
+        "visibility_timeout": vt,
+        "repair_timeout": rt,
+        "dead_letter_queue": dead_letter_queue,
+        "message_ttl": message_ttl,
+        "max_payload_bytes": max_payload_bytes,
+    }
+
+
+_SELECT = (
+    "SELECT name, queue_id, bucket_size, max_delivery_count, visibility_timeout, repair_timeout, "
+    "dead_letter_queue, message_ttl, max_payload_bytes, created_at FROM {ks}.queues"
+)
+
+
+def _row_to_info(row) -> QueueInfo:
+    return QueueInfo(
+        name=row.name,
+        queue_id=row.queue_id,
+        bucket_size=row.bucket_size,
+        max_delivery_count=row.max_delivery_count,
+        visibility_timeout=row.visibility_timeout,
+        repair_timeout=row.repair_timeout,
+        dead_letter_queue=row.dead_letter_queue,
+        message_ttl=row.message_ttl,
+        max_payload_bytes=row.max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES,
+        created_at=row.created_at,
+    )
+
+
+def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
+    """The dead-letter queue must exist, and following dead-letter queues from it must not
+    come back to ``name`` (a delete and re-create can close a cycle: poison messages would
+    go round it instead of stopping)."""
+    seen = [name]
+    current: str | None = dlq
+    while current is not None:
+        if current in seen:
+            raise ConfigError(
+                f"dead-letter queue {dlq!r} of queue {name!r} would form a cycle "
+                f"({' -> '.join([*seen, current])}); a dead-letter chain must end in a queue "
+                "without a dead-letter queue"
+            )
+        try:
+            info = get_queue(conn, current)
+        except QueueNotFoundError:
+            if current != dlq:
+                return  # the chain ends at a deleted queue: no cycle through it
+            raise QueueNotFoundError(
+                f"dead-letter queue {dlq!r} of queue {name!r} does not exist; "
+                f"create it first (cassieq create-queue {dlq})"
+            ) from None
+        seen.append(current)
+        current = info.dead_letter_queue
+
+
+def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
+    validate_queue_name(name)
+    s = validate_settings(name=name, **settings)
+    if s["dead_letter_queue"]:
+        # A dead-letter queue that does not exist would fail the first message that needs it
+        # (finding F13); the delete of a referenced queue is caught at dead-letter time.
+        _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
+    qid = uuid.uuid4()
+    # The incarnation's pointers and counter go in first: until the queue row below names
+    # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a
+    # queue without them (finding F20). Stamped with timestamp 1, they lose to any later
+    # write, compare-and-sets included, whatever the creator's clock says (F9). The
+    # invisibility pointer starts at slot 0: the first consumer moves it to its own "now".
+    init = conn.execute_async(
+        "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, 0) "
+        "USING TIMESTAMP 1",
+        (qid,),
+    )
+    conn.execute(
+        "INSERT INTO {ks}.monoton (queue_id, lo, next) VALUES (?, ?, 0) USING TIMESTAMP 1",
+        (qid, SENTINEL_LO),
+    )
+    init.result()
+    faults.point("queues.before_queue_row", qid=qid)
+    res = conn.cas(
+        "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
+        "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+        (
+            name,
+            qid,
+            s["bucket_size"],
+            s["max_delivery_count"],
+            s["visibility_timeout"],
+            s["repair_timeout"],
+            s["dead_letter_queue"],
+            s["message_ttl"],
+            s["max_payload_bytes"],
+        ),
+        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+        read_params=(name,),
+        applied=lambda row: row is not None and row.queue_id == qid,
+    )
+    if not res.was_applied:
+        for table in ("pointers", "monoton"):
+            conn.execute_async(f"DELETE FROM {{ks}}.{table} WHERE queue_id = ?", (qid,))
+        if exist_ok:
+            return get_queue(conn, name)
+        raise QueueExistsError(
+            f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
+        )
+    log.info("created queue %s (%s)", name, qid)
+    return get_queue(conn, name)
+
+
+def get_queue(conn: Connection, name: str) -> QueueInfo:
+    validate_queue_name(name)
+    row = conn.execute(_SELECT + " WHERE name = ?", (name,)).one()
+    if row is None or row.queue_id is None:
+        raise QueueNotFoundError(
+            f"queue {name!r} does not exist; create it first (cassieq create-queue {name})"
+        )
+    return _row_to_info(row)
+
+
+def list_queues(conn: Connection) -> list[QueueInfo]:
+    return sorted(
+        (_row_to_info(r) for r in conn.execute(_SELECT) if r.queue_id), key=lambda q: q.name
+    )
+
+
+def delete_queue(conn: Connection, name: str) -> QueueInfo:
+    """Remove the queue. Its message partitions are dropped whole; a new queue of the same
+    name gets a new incarnation id and so never sees them."""
+    info = get_queue(conn, name)
+    res = conn.cas(
+        "DELETE FROM {ks}.queues WHERE name = ? IF queue_id = ?",
+        (name, info.queue_id),
+        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+        read_params=(name,),
+        applied=lambda row: row is None or row.queue_id != info.queue_id,
+    )
+    if not res.was_applied:
+        raise QueueNotFoundError(f"queue {name!r} was deleted or re-created concurrently")
+    row = (
+        conn.execute(
+            "SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            (info.queue_id, SENTINEL_LO),
+        ).one()
+        or conn.execute(
+            "SELECT next FROM {ks}.monoton WHERE queue_id = ? LIMIT 1", (info.queue_id,)
+        ).one()
+    )
+    ptr = conn.execute(
+        "SELECT repair FROM {ks}.pointers WHERE queue_id = ?", (info.queue_id,)
+    ).one()
+    next_id = (row.next or 0) if row else 0
+    first_bucket = (ptr.repair or 0) if ptr else 0
+    futures = []
+    for bucket, _, _ in split_by_bucket(first_bucket * info.bucket_size, next_id, info.bucket_size):
+        futures.append(
+            conn.execute_async(
+                "DELETE FROM {ks}.messages WHERE queue_id = ? AND bucket = ?",
+                (info.queue_id, bucket),
+            )
+        )
+    for stmt in (
+        "DELETE FROM {ks}.monoton WHERE queue_id = ?",
+        "DELETE FROM {ks}.pointers WHERE queue_id = ?",
+        "DELETE FROM {ks}.skipped WHERE queue_id = ?",
+        "DELETE FROM {ks}.timer_slots WHERE queue_id = ?",
+    ):
+        futures.append(conn.execute_async(stmt, (info.queue_id,)))
+    for f in futures:
+        f.result()
+    log.info("deleted queue %s (%s)", name, info.queue_id)
+    return info

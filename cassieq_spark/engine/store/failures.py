@@ -1,0 +1,114 @@
+"""What a driver failure tells a user, and whether the request reached any node.
+
+Kept apart from the connection itself: these decide wording and safety, not transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cassandra.cluster import Cluster, NoHostAvailable
+from cassandra.connection import ConnectionBusy, ConnectionException
+from cassandra.pool import NoConnectionsAvailable
+
+from ...errors import CassandraUnavailableError
+
+log = logging.getLogger(__name__)
+
+# A request that no node received is sent again after these pauses (seconds) before it fails.
+# They add up to more than the driver's longest wait between two attempts to reach a node that
+# went down (session.RECONNECT_MAX_DELAY, 2 s): a long-lived process (a reused Spark Python
+# worker) whose only node came back must see it up again before it gives up. They stay short
+# because callers that settle an unknown outcome retry on top of them: a cluster that is really
+# gone must still fail a streaming query within a minute.
+UNSENT_RETRY_DELAYS = (0.5, 1.0, 2.0, 2.0)
+
+# What a TLS mismatch looks like from the client's side, and what the user should change.
+_TLS_HINTS = (
+    ("CERTIFICATE_VERIFY_FAILED", "the node's certificate is not signed by a CA in sslCaFile "
+     "(or does not name this host): give the CA that signed it, or sslVerify=false to test"),
+    ("WRONG_VERSION_NUMBER", "this port does not speak TLS: set ssl=false, or use the TLS port"),
+    ("Connection reset by peer", "a node that requires TLS resets plaintext clients: set "
+     "ssl=true and sslCaFile, or check contactPoints/port"),
+)  # fmt: skip
+
+
+def tls_hint(error: str, ssl_enabled: bool) -> str:
+    for marker, hint in _TLS_HINTS:
+        if marker in error and (ssl_enabled or marker == "Connection reset by peer"):
+            return hint
+    return (
+        "check contactPoints/port and that the cluster is up (`make cassandra-up` for a local one)"
+    )
+
+
+def unavailable_error(
+    cluster: Cluster, exc: NoHostAvailable, where: str | None = None
+) -> CassandraUnavailableError:
+    """A driver NoHostAvailable from a running cluster connection, as the error a user can act
+    on: which Cassandra, which nodes are down, and what to do."""
+    if isinstance(exc, CassandraUnavailableError):
+        return exc
+    if where is None:
+        where = f"{','.join(map(str, cluster.contact_points))}:{cluster.port}"
+    down = sorted(h.address for h in cluster.metadata.all_hosts() if h.is_up is False)
+    state = f"nodes down: {', '.join(down)}; " if down else ""
+    return CassandraUnavailableError(
+        f"Cassandra at {where} did not answer: no node could take the request "
+        f"({state}{first_error(exc)}). Nothing acknowledged is lost: retry once the cluster "
+        "is back, or restart the streaming query from its checkpoint",
+        exc.errors if isinstance(exc.errors, dict) else {},
+        delivered=not never_sent(exc),
+    )
+
+
+# What the driver reports for a host it did not send the request to: the pool's connection was
+# already dead, the host marked down, or no connection or stream was free.
+_UNSENT = re.compile(
+    r"^(Connection to \S+ is (defunct|closed)|Host has been marked down or removed|"
+    r"Pool is shutdown|Pool for \S+ is shutdown)$"
+)
+
+
+def never_sent(exc: NoHostAvailable) -> bool:
+    """True when no host received the request, so it cannot have applied."""
+    errors = exc.errors if isinstance(exc.errors, dict) else None
+    if errors is None:
+        return False
+    return all(
+        isinstance(e, (NoConnectionsAvailable, ConnectionBusy))
+        or (isinstance(e, ConnectionException) and bool(_UNSENT.match(str(e))))
+        for e in errors.values()
+    )
+
+
+def first_error(exc: NoHostAvailable) -> str:
+    errors = exc.errors if isinstance(exc.errors, dict) else {}
+    for host, err in errors.items():
+        return f"{host}: {err}"
+    return str(exc)
+
+
+def resend_unsent(
+    send: Callable[[], Any],
+    exc: NoHostAvailable,
+    unavailable: Callable[[NoHostAvailable], CassandraUnavailableError],
+) -> Any:
+    """After a NoHostAvailable: if no node received the request (every connection it tried was
+    already known dead, which is what a long-lived process finds when its nodes come back), send
+    it again while the driver reconnects; it cannot have applied, so this is safe for any
+    statement. Otherwise, or if the nodes stay away, raise ``unavailable(exc)``."""
+    for delay in UNSENT_RETRY_DELAYS:
+        if not never_sent(exc):
+            break
+        log.info("no node took the request (%s); sending it again in %.1f s", exc, delay)
+        time.sleep(delay)
+        try:
+            return send()
+        except NoHostAvailable as again:
+            exc = again
+    raise unavailable(exc) from exc

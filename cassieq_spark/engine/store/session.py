@@ -1,0 +1,395 @@
+"""Cassandra sessions and prepared statements, reused per process.
+
+Spark reuses its Python workers across tasks and micro-batches, so a per-process cache keyed by
+the connection settings saves a connect (hundreds of ms) per task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cassandra import (
+    AuthenticationFailed,
+    OperationTimedOut,
+    ReadTimeout,
+    Unavailable,
+    WriteTimeout,
+)
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+    UnresolvableContactPoints,
+)
+from cassandra.connection import ConnectionException
+from cassandra.policies import (
+    ConstantSpeculativeExecutionPolicy,
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
+from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
+
+from ...config import ConnectionConfig, check_cluster
+from ...errors import CassandraUnavailableError, ConnectionFailedError
+from . import faults
+from .failures import first_error, resend_unsent, tls_hint, unavailable_error
+from .retries import QueueRetryPolicy, is_idempotent
+
+log = logging.getLogger(__name__)
+
+
+# The outcome of these is unknown to the client: the statement may or may not have applied.
+UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostAvailable)
+EXEC_PROFILE_SERIAL = "serial"
+SERIAL_READ_ATTEMPTS = 5
+SERIAL_READ_BUDGET = 60.0  # seconds; a restarting replica can hold Paxos rounds up for tens
+SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare when all is well
+# The driver's default waits up to 10 minutes between attempts to reach a node that went down,
+# so a restarted single node (or a whole cluster back from an outage) would stay unused for
+# minutes by a long-lived process such as a Spark worker: retry at most every 2 s instead (a
+# refused connection costs the down node nothing; with 10 s, a CI run showed a query restarted
+# after an outage fail again: its reused worker had not yet seen the node back).
+RECONNECT_BASE_DELAY = 0.5
+RECONNECT_MAX_DELAY = 2.0
+
+
+class CasResult:
+    """A compare-and-set's outcome, shaped like the driver's result (``was_applied``, ``one()``).
+
+    ``resolved`` is True when the reply was lost and the outcome was read back at SERIAL.
+    """
+
+    def __init__(self, applied: bool, row: Any, resolved: bool = False):
+        self.was_applied = applied
+        self.row = row
+        self.resolved = resolved
+
+    def one(self) -> Any:
+        return self.row
+
+
+class _Translated:
+    """A driver future whose ``result()`` raises :class:`CassandraUnavailableError` instead of
+    the driver's bare ``NoHostAvailable`` (which names no cluster and says nothing to do)."""
+
+    __slots__ = ("_future", "_conn", "_resend")
+
+    def __init__(self, future, conn: Connection, resend: Callable[[], Any]):
+        self._future = future
+        self._conn = conn
+        self._resend = resend
+
+    def result(self):
+        try:
+            return self._future.result()
+        except NoHostAvailable as exc:
+            return self._conn.resend_unsent(self._resend, exc)
+
+
+class _Failed:
+    """A future whose result is an exception (a fault injected into an async request)."""
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
+
+    def result(self):
+        raise self.exc
+
+
+def _text(statement) -> str:
+    if isinstance(statement, str):
+        return statement
+    if isinstance(statement, BoundStatement):
+        return statement.prepared_statement.query_string
+    if isinstance(statement, BatchStatement):
+        # A batch may name what it holds (``query_string``), for the fault seam and the logs.
+        return getattr(statement, "query_string", None) or "BATCH"
+    return getattr(statement, "query_string", "") or ""
+
+
+def _was_applied(rs) -> bool:
+    """``was_applied``, also for a conditional batch sent as CQL text (the driver knows only its
+    own ``BatchStatement``): one that did not apply returns a row per row its conditions read,
+    each led by ``[applied]``."""
+    rows = rs.current_rows
+    if len(rows) > 1:
+        return bool(rows[0][0])
+    return bool(rs.was_applied)
+
+
+class Connection:
+    """One cluster connection: a driver ``Session`` plus a prepared-statement cache.
+
+    Every statement goes through :meth:`execute`, :meth:`execute_async` or :meth:`cas`, the
+    seam where tests inject lost replies and retries (``engine/store/faults.py``).
+    """
+
+    def __init__(self, config: ConnectionConfig):
+        self.config = config
+        self._prepared: dict[str, PreparedStatement] = {}
+        self._lock = threading.Lock()
+        self._refs = 0
+        # Token-aware over DC-aware: requests go to a replica of their partition in the
+        # local data center (the first one contacted when localDc is not given).
+        balancing = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=config.local_dc))
+        retry = QueueRetryPolicy()
+        # A replica frozen by a long GC pause (or stopping) holds a request until the client
+        # times out, and the driver does not retry client timeouts. Idempotent statements are
+        # sent to a second replica when the first has not answered within this delay.
+        speculative = ConstantSpeculativeExecutionPolicy(SPECULATIVE_DELAY, 2)
+        profile = ExecutionProfile(
+            load_balancing_policy=balancing,
+            retry_policy=retry,
+            speculative_execution_policy=speculative,
+            consistency_level=config.consistency_level,
+            serial_consistency_level=config.serial_consistency_level,
+            request_timeout=config.request_timeout,
+        )
+        # Reads that settle a compare-and-set whose reply was lost (and finish its round).
+        serial = ExecutionProfile(
+            load_balancing_policy=balancing,
+            retry_policy=retry,
+            speculative_execution_policy=speculative,
+            consistency_level=config.serial_consistency_level,
+            request_timeout=config.request_timeout,
+        )
+        auth = (
+            PlainTextAuthProvider(username=config.username, password=config.password)
+            if config.username is not None
+            else None
+        )
+        try:
+            self.cluster = Cluster(
+                contact_points=list(config.contact_points),
+                port=config.port,
+                auth_provider=auth,
+                ssl_context=config.ssl_context(),
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
+                connect_timeout=config.connect_timeout,
+                reconnection_policy=ExponentialReconnectionPolicy(
+                    RECONNECT_BASE_DELAY, RECONNECT_MAX_DELAY
+                ),
+                # v4 avoids v5's per-frame checksums, partly computed in pure Python.
+                protocol_version=4,
+            )
+        except UnresolvableContactPoints:
+            raise ConnectionFailedError(
+                f"cannot resolve any of the contactPoints {', '.join(config.contact_points)} "
+                "(DNS lookup failed); check the host names, or give IP addresses"
+            ) from None
+        try:
+            self.session: Session = self.cluster.connect()
+        except AuthenticationFailed as exc:
+            self.cluster.shutdown()
+            raise ConnectionFailedError(
+                f"Cassandra at {config.describe()} rejected the credentials; check username/password"
+            ) from exc
+        except NoHostAvailable as exc:
+            dcs = sorted({h.datacenter for h in self.cluster.metadata.all_hosts() if h.datacenter})
+            self.cluster.shutdown()
+            errors = exc.errors if isinstance(exc.errors, dict) else {}
+            if config.local_dc and dcs and config.local_dc not in dcs:
+                # The driver then reports its contact points as a list, naming nothing.
+                raise ConnectionFailedError(
+                    f"localDc {config.local_dc!r} is not a data center of the cluster at "
+                    f"{config.describe()}; its data centers: {', '.join(dcs)}"
+                ) from exc
+            if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
+                raise ConnectionFailedError(
+                    f"Cassandra at {config.describe()} rejected the credentials; check username/password"
+                ) from exc
+            first = first_error(exc)
+            raise ConnectionFailedError(
+                f"cannot reach Cassandra at {config.describe()}: {first}; "
+                f"{tls_hint(first, config.ssl_enabled)}"
+            ) from exc
+        except Exception as exc:  # driver raises OSError and friends for bad hosts
+            self.cluster.shutdown()
+            raise ConnectionFailedError(
+                f"cannot reach Cassandra at {config.describe()}: {exc}; check contactPoints/port"
+            ) from exc
+        self.keyspace = config.keyspace
+        try:
+            check_cluster(config, self.cluster.metadata)  # LOCAL_* levels across data centers
+        except Exception:
+            self.cluster.shutdown()
+            raise
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        """Prepare once per connection; ``{ks}`` in the text is the keyspace."""
+        stmt = self._prepared.get(cql)
+        if stmt is None:
+            with self._lock:
+                stmt = self._prepared.get(cql)
+                if stmt is None:
+                    text = cql.replace("{ks}", self.keyspace)
+                    try:
+                        stmt = self.session.prepare(text)
+                    except NoHostAvailable as exc:  # preparing changes nothing: safe to resend
+                        stmt = self.resend_unsent(lambda: self.session.prepare(text), exc)
+                    stmt.is_idempotent = is_idempotent(cql)
+                    self._prepared[cql] = stmt
+        return stmt
+
+    def _statement(self, statement):
+        return self.prepare(statement) if isinstance(statement, str) else statement
+
+    def execute(self, statement, params: tuple | list | None = (), **kw):
+        """Run ``statement`` (CQL text with ``{ks}``, or a bound/batch statement)."""
+        stmt = self._statement(statement)
+        if faults.state.active:
+            mode = faults.take(_text(statement))
+            if mode == faults.TIMEOUT_BEFORE:
+                raise faults.injected_timeout(_text(statement))
+            if mode == faults.RETRIED:
+                self.session.execute(stmt, params or None, **kw)
+            elif mode == faults.LOST_REPLY:
+                self.session.execute(stmt, params or None, **kw)
+                raise faults.injected_timeout(_text(statement))
+        try:
+            return self.session.execute(stmt, params or None, **kw)
+        except NoHostAvailable as exc:
+            return self.resend_unsent(lambda: self.session.execute(stmt, params or None, **kw), exc)
+
+    def execute_async(self, statement, params: tuple | list | None = (), **kw):
+        stmt = self._statement(statement)
+        if faults.state.active:
+            mode = faults.take(_text(statement))
+            if mode == faults.TIMEOUT_BEFORE:
+                return _Failed(faults.injected_timeout(_text(statement)))
+            if mode == faults.RETRIED:
+                self.session.execute(stmt, params or None, **kw)
+            elif mode == faults.LOST_REPLY:
+                self.session.execute(stmt, params or None, **kw)
+                return _Failed(faults.injected_timeout(_text(statement)))
+        future = self.session.execute_async(stmt, params or None, **kw)
+        return _Translated(future, self, lambda: self.session.execute(stmt, params or None, **kw))
+
+    def resend_unsent(self, send: Callable[[], Any], exc: NoHostAvailable) -> Any:
+        """After a NoHostAvailable: if no node received the request (every connection it tried
+        was already known dead, which is what a long-lived process finds when its nodes come
+        back), send it again while the driver reconnects; it cannot have applied, so this is
+        safe for any statement. Otherwise, or if the nodes stay away, raise the error a user
+        can act on."""
+        return resend_unsent(send, exc, self.unavailable)
+
+    def unavailable(self, exc: NoHostAvailable) -> CassandraUnavailableError:
+        """The driver's NoHostAvailable as the one error a user can act on."""
+        return unavailable_error(self.cluster, exc, self.config.describe())
+
+    def read_serial(self, cql: str, params: tuple | list = ()):
+        """One row read at the serial level: completes any compare-and-set in progress on it,
+        so what it returns is final. It follows an unknown outcome, and raising now would
+        leave the caller not knowing whether its write applied: while the cluster answers but
+        slowly (a frozen or restarting replica holds up the Paxos round this read must finish)
+        it is retried for up to ``SERIAL_READ_BUDGET`` seconds; when no node or no quorum
+        answers at all, after ``SERIAL_READ_ATTEMPTS`` quick tries."""
+        deadline = time.monotonic() + SERIAL_READ_BUDGET
+        delay = 0.05
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if faults.state.active and faults.take(cql) == faults.TIMEOUT_BEFORE:
+                    raise faults.injected_timeout(cql)
+                return self.session.execute(
+                    self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
+                ).one()
+            except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME) as exc:
+                if isinstance(exc, CassandraUnavailableError):
+                    # No node took it, after the resends that wait for the driver to reconnect:
+                    # more tries would only multiply that wait (a query must fail within a
+                    # minute when its cluster is gone).
+                    raise
+                unreachable = isinstance(exc, (NoHostAvailable, Unavailable))
+                if (unreachable and attempt >= SERIAL_READ_ATTEMPTS) or (
+                    time.monotonic() + delay > deadline
+                ):
+                    if isinstance(exc, NoHostAvailable):
+                        raise self.unavailable(exc) from exc
+                    raise
+                log.warning(
+                    "serial read settling a compare-and-set failed (attempt %d: %s); "
+                    "retrying in %.2f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def cas(
+        self,
+        cql: str | BatchStatement,
+        params: tuple | list,
+        *,
+        read: str,
+        read_params: tuple | list,
+        applied: Callable[[Any], bool],
+    ) -> CasResult:
+        """Run a compare-and-set and know its outcome even when the reply is lost.
+
+        On a timeout or a broken connection the statement may have applied or not; ``read``
+        (one row, read at SERIAL, which finishes any round in progress) and ``applied(row)``
+        decide, as the driver documentation prescribes for CAS write timeouts. A statement
+        the coordinator refused (Unavailable) did not apply.
+        """
+        try:
+            rs = self.execute(cql, params)
+        except Unavailable:
+            raise
+        except (ReadTimeout, *UNKNOWN_OUTCOME) as exc:
+            if isinstance(exc, CassandraUnavailableError) and not exc.delivered:
+                raise  # no node received it: it did not apply, there is nothing to settle
+            # ReadTimeout: the round timed out reading the current values (before or after a
+            # proposal, the coordinator does not say); reading at SERIAL settles it either way.
+            row = self.read_serial(read, read_params)
+            ok = bool(applied(row))
+            log.info(
+                "compare-and-set outcome unknown (%s); read back: %s",
+                type(exc).__name__,
+                "applied" if ok else "not applied",
+            )
+            return CasResult(ok, row, resolved=True)
+        return CasResult(_was_applied(rs), rs.one())
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+_cache: dict[tuple, Connection] = {}
+_cache_lock = threading.Lock()
+
+
+def shared_connection(config: ConnectionConfig) -> Connection:
+    """A connection shared by everything in this process that uses the same settings."""
+    key = config.cache_key()
+    with _cache_lock:
+        conn = _cache.get(key)
+        if conn is None or conn.cluster.is_shutdown:
+            log.debug("connecting to %s", config.describe())
+            conn = Connection(config)
+            _cache[key] = conn
+        return conn
+
+
+def drop_shared_connections() -> None:
+    with _cache_lock:
+        for conn in _cache.values():
+            try:
+                conn.shutdown()
+            except Exception:  # shutting down at exit; nothing to do about it
+                log.debug("error shutting down a connection", exc_info=True)
+        _cache.clear()
+
+
+atexit.register(drop_shared_connections)

@@ -1,0 +1,75 @@
+"""The timer path of a stream: which delayed or once client-delivered messages below the id
+path are due, found through their timers.
+
+A batch starting at ``start_ts`` looks at the timer slots ``[timer_scan_start(start_ts),
+slot(end_ts)]``: ``TIMER_SETTLE_SLOTS`` back before the previous batch's time, because a client
+whose clock is a little behind can write a due time there after that batch was planned, and
+the message must still come (finding F12). Planning and acking scan the same slots, so
+candidates found acked or dead are remembered (with their slot) and not read again while their
+slot stays in the scan window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..core import timers
+from ..core.queues import QueueInfo
+from ..store.session import Connection
+from .read import (
+    STATE_COLUMNS,
+    due_ms,
+    read_rows_by_id,
+    skipped_overlapping,
+    slot_of,
+    timer_path_delivers,
+    timer_scan_start,
+)
+
+
+class TimerCandidates:
+    """Timer candidates of one stream run on one queue incarnation."""
+
+    def __init__(self, conn: Connection, queue: QueueInfo):
+        self.conn = conn
+        self.queue = queue
+        # id -> timer slot, of candidates found acked or dead: final, not read again while
+        # their slot stays in the scan window.
+        self._finished: dict[int, int] = {}
+
+    def rows(self, below: int, from_slot: int, to_slot: int) -> Iterator[tuple[Any, int]]:
+        """(state row, slot) of ids below ``below`` with a timer in ``[from_slot, to_slot]``,
+        except those known to be finished."""
+        if to_slot < from_slot:
+            return
+        self._finished = {i: s for i, s in self._finished.items() if s >= from_slot}
+        found: dict[int, int] = {}
+        for slot in timers.due_slots(self.conn, self.queue, from_slot, to_slot):
+            for mid in timers.ids_in_slot(self.conn, self.queue, slot):
+                if mid < below and mid not in self._finished:
+                    found.setdefault(mid, slot)
+        for row in read_rows_by_id(self.conn, self.queue, sorted(found), STATE_COLUMNS):
+            if row.acked or row.dead:
+                self._finished[row.id] = found[row.id]
+                continue
+            yield row, found[row.id]
+
+    def finished(self, done: dict[int, int]) -> None:
+        """Ids (-> slot) acked since: not to be read again."""
+        self._finished.update(done)
+
+    def due_ids(self, below: int, start_ts: int, end_ts: int) -> list[int]:
+        """The timer path of a batch ``(start_ts, end_ts]``: ids due at ``end_ts`` now (the
+        read checks again)."""
+        first = timer_scan_start(start_ts)
+        rows = [r for r, _ in self.rows(below, first, slot_of(end_ts))]
+        if not rows:
+            return []
+        excluded = skipped_overlapping(self.conn, self.queue, rows[0].id, rows[-1].id + 1)
+        # The same rule as the ack's: a row is a candidate through the timer of its own state.
+        return [
+            r.id
+            for r in rows
+            if timer_path_delivers(r, end_ts, excluded) and slot_of(due_ms(r)) >= first
+        ]

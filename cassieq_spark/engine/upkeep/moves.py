@@ -1,0 +1,117 @@
+"""Moving messages between queues: ``redrive`` (dead letters back to work) and ``move``.
+
+A mover is a consumer of the source: it receives a message (claimed for the move's visibility
+timeout, like any get), writes it to the destination, then acks it in the source. The write is
+keyed by the source message's id, so a mover that dies between the write and the ack leaves a
+message that reappears in the source and whose next move finds the first copy instead of
+writing a second one: every message lands in the destination once. An ack that comes back
+stale means another mover took the message over after our visibility timeout ran out; the key
+made its write and ours the same copy.
+
+The keys stay in the destination's ``reservation_keys`` (one row per moved message) until the
+destination queue is deleted: a key deleted while a slow mover still holds an expired claim
+would let that mover write a second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from ...errors import ConfigError
+from ..core.counters import Counters
+from ..core.queues import QueueInfo
+from ..store import faults
+from ..store.session import Connection
+from ..write.producer import enqueue
+from .deadletter import HEADER_ORIGIN_QUEUE
+
+log = logging.getLogger(__name__)
+
+HEADER_REDRIVE_COUNT = "cassieq-redrive-count"
+HEADER_MOVED_FROM = "cassieq-moved-from"
+
+
+@dataclass
+class MoveReport:
+    """What one redrive or move did; ``taken_over``: messages whose ack found another mover had
+    claimed them since (their copy was written once all the same)."""
+
+    source: str
+    destination: str
+    moved: int = 0
+    taken_over: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def move_key(source: QueueInfo, message_id: int) -> str:
+    """The destination's reservation key of one source message's copy."""
+    return f"move:{source.queue_id}:{message_id}"
+
+
+def _redrive_count(headers: dict[str, str]) -> str:
+    try:
+        return str(int(headers.get(HEADER_REDRIVE_COUNT, "0")) + 1)
+    except ValueError:  # a header someone else set: start counting here
+        return "1"
+
+
+def move_messages(
+    conn: Connection,
+    counters: Counters,
+    consumer,
+    source: QueueInfo,
+    destination: QueueInfo,
+    *,
+    max_messages: int | None,
+    visibility_timeout: float,
+    redrive: bool,
+) -> MoveReport:
+    """Move up to ``max_messages`` (all visible ones if None) from ``source`` to
+    ``destination``. ``redrive`` keeps the dead-letter provenance headers and counts redrives;
+    a plain move records the queue the message came from."""
+    if source.queue_id == destination.queue_id:
+        raise ConfigError(f"cannot move queue {source.name!r} onto itself: choose another --to")
+    report = MoveReport(source.name, destination.name)
+    while max_messages is None or report.moved + report.taken_over < max_messages:
+        message = consumer.get(source, visibility_timeout)
+        if message is None:
+            break
+        headers = dict(message.headers)
+        if redrive:
+            headers[HEADER_REDRIVE_COUNT] = _redrive_count(headers)
+        else:
+            headers[HEADER_MOVED_FROM] = source.name
+        if len(message.payload) > destination.max_payload_bytes:
+            raise ConfigError(
+                f"message {message.id} of {source.name!r} has {len(message.payload)} bytes, more "
+                f"than {destination.name!r} accepts ({destination.max_payload_bytes}); it stays "
+                "in the source"
+            )
+        enqueue(
+            conn,
+            counters,
+            destination,
+            [message.payload],
+            [headers],
+            key=move_key(source, message.id),
+        )
+        faults.point("move.written", source=source, message=message)
+        if consumer.ack(source, message.pop_receipt):
+            report.moved += 1
+        else:
+            report.taken_over += 1
+    log.info(
+        "%s %s -> %s: %d moved, %d taken over by another mover",
+        "redrive" if redrive else "move",
+        source.name,
+        destination.name,
+        report.moved,
+        report.taken_over,
+    )
+    return report
+
+
+__all__ = ["HEADER_MOVED_FROM", "HEADER_ORIGIN_QUEUE", "HEADER_REDRIVE_COUNT", "MoveReport"]

@@ -1,0 +1,369 @@
+"""Skipped ranges: reservations readers handed to repair because their writer took longer than
+the repair timeout.
+
+Repair waits the repair timeout once more (a slow writer may still land), then:
+
+* republishes every message that did land there and is not acked or dead, each under a
+  reservation keyed by its original id, so two repairs at once, or a repair killed and rerun,
+  republish it exactly once. Repair owns *every* such row: the Spark source never delivers a
+  row of a skipped range, so a delayed row, or one a client holds, would otherwise stay
+  forever and pin the repair pointer (finding F3). A delayed row is taken over (a
+  compare-and-set marks it dead, ``moved = 'repair'``) and republished with the delay it has
+  left; a row a client holds is left until its visibility timeout passes (the range stays
+  not done), then taken over the same way;
+* counts the ids that never arrived as lost;
+* marks the range done (a compare-and-set: only one repair counts it);
+* once the range's buckets are reclaimed, forgets it: the range row, its reservation row and
+  the keys of its republished copies (finding F22).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field, replace
+
+from ..core import clock, monoton
+from ..core.buckets import bucket_of
+from ..core.clock import to_epoch
+from ..core.counters import Counters
+from ..core.messages import (
+    MOVED_DLQ,
+    MOVED_REPAIR,
+    is_expired,
+    read_range,
+    remaining_ttl,
+    write_messages,
+)
+from ..core.queues import QueueInfo
+from ..store.session import Connection
+from . import deadletter, lost
+from .deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
+
+log = logging.getLogger(__name__)
+
+# How many times one message may move on to a new republish block because the block its key
+# named was already repaired without it (needs a repair killed at the worst moment, repeatedly).
+MAX_REPUBLISH_HOPS = 8
+
+
+@dataclass(frozen=True)
+class SkippedRange:
+    lo: int
+    hi: int
+    skipped_at: float
+    done: bool
+    # The stored timestamp as read, for the compare-and-set that marks the range done.
+    stamp: dt.datetime | None = field(default=None, compare=False)
+
+
+def skipped_ranges(conn: Connection, queue: QueueInfo) -> list[SkippedRange]:
+    rows = conn.execute(
+        "SELECT lo, hi, skipped_at, done FROM {ks}.skipped WHERE queue_id = ?", (queue.queue_id,)
+    )
+    return [
+        SkippedRange(r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done), r.skipped_at) for r in rows
+    ]
+
+
+def _block_age(conn: Connection, queue: QueueInfo, lo: int, now: float) -> float | None:
+    row = conn.execute(
+        "SELECT created_at, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        (queue.queue_id, lo),
+    ).one()
+    if row is None or row.created_at is None:
+        return None
+    return now - to_epoch(row.created_at)
+
+
+def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
+    """May we still write into an open block that readers may already have passed?
+
+    Yes if we can (re)start its repair clock: record it as skipped now, or push back the
+    ``skipped_at`` of a range not repaired yet. Its repair then waits the repair timeout
+    again and republishes what we write (readers never deliver rows of a skipped range).
+    No if its range is already repaired: what lands there now would never be delivered.
+    """
+    read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
+    # After a lost reply: a row that is there and not repaired is as good as our own insert
+    # (the update below restarts its clock either way).
+    ins = conn.cas(
+        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
+        "IF NOT EXISTS",
+        (queue.queue_id, res.lo, res.hi),
+        read=read,
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is not None and not row.done,
+    )
+    if ins.was_applied:
+        return True
+    upd = conn.cas(
+        "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
+        "IF done = null",
+        (queue.queue_id, res.lo),
+        read=read,
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is not None and not row.done,
+    )
+    return bool(upd.was_applied)
+
+
+def republish(
+    conn: Connection, queue: QueueInfo, row, repair_timeout: float, delay: float = 0.0
+) -> int | None:
+    """Enqueue a copy of ``row`` exactly once, visible after ``delay`` seconds; returns the id it
+    got (None: already done).
+
+    The copy's block is keyed by the original id, so a second repair, or a rerun after a
+    crash, finds the same block: closed means done; open and young means a writer (maybe
+    us, earlier) is on it and rewriting the same row is harmless; open and old means the
+    writer died and readers may have passed the block, see :func:`_claim_stale_block`.
+    """
+    headers = dict(row.headers or {})
+    if headers.get(HEADER_ORIGIN_QUEUE) != queue.name or HEADER_ORIGIN_ID not in headers:
+        # A copy of a copy (its republish block was abandoned too) keeps the first origin;
+        # a dead-lettered message's origin names another queue and is replaced.
+        headers[HEADER_ORIGIN_QUEUE] = queue.name
+        headers[HEADER_ORIGIN_ID] = str(row.id)
+    key = f"repair:{row.id}"
+    for _hop in range(MAX_REPUBLISH_HOPS):
+        res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
+        if res.closed:
+            return None
+        age = _block_age(conn, queue, res.lo, clock.now())
+        fresh = age is not None and age < repair_timeout / 2
+        if fresh or _claim_stale_block(conn, queue, res):
+            write_messages(
+                conn, queue, res.lo, [row.payload or b""], [headers], [delay] if delay else None
+            )
+            monoton.close(conn, queue, res).result()
+            return res.lo
+        # The block was repaired already. If our copy had landed there, that repair
+        # republished it; if not, it is in no block yet: move on to a block of its own.
+        copy = conn.execute(
+            "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+            (queue.queue_id, res.lo // queue.bucket_size, res.lo),
+        ).one()
+        if copy is not None:
+            return None
+        log.warning(
+            "queue %s: republish block %d of message %d was repaired before it was written; "
+            "using a new block",
+            queue.name,
+            res.lo,
+            row.id,
+        )
+        key = f"repair:{row.id}@{res.lo}"
+    raise RuntimeError(
+        f"queue {queue.name}: could not republish message {row.id} after "
+        f"{MAX_REPUBLISH_HOPS} attempts; run repair again"
+    )
+
+
+def repair_range(
+    conn: Connection,
+    counters: Counters,
+    queue: QueueInfo,
+    rng: SkippedRange,
+    dry_run: bool = False,
+    *,
+    repair_timeout: float | None = None,
+) -> tuple[int, int]:
+    """Republish what landed in one skipped range and mark it done.
+
+    Returns (republished, lost ids) as counted by this call; (0, 0) when another repair
+    counted the range first, when a republisher pushed its repair back (see
+    :func:`_claim_stale_block`), or while a client still holds one of its messages: the range
+    is then repaired again on a later pass (republishing is keyed, so nothing twice).
+    """
+    timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
+    now = clock.now()
+    rows = list(read_range(conn, queue, rng.lo, rng.hi, _RANGE_COLUMNS))
+    lost_count = (rng.hi - rng.lo) - len(rows)
+    todo: list[tuple[object, float]] = []  # (row, delay left)
+    waiting = 0
+    for r in rows:
+        if r.dead:
+            if r.moved == MOVED_REPAIR:
+                todo.append((r, _delay_left(r, now)))  # taken over by an earlier pass
+            elif r.moved == MOVED_DLQ and not dry_run:
+                deadletter.complete(conn, counters, queue, r.id)
+            continue
+        if r.acked or is_expired(r, queue, now):
+            continue
+        if r.version is None and r.visible_at is None:
+            todo.append((r, 0.0))  # plain: readers pass skipped ranges, nobody else has it
+        elif r.version is not None and to_epoch(r.invisible_until) > now:
+            waiting += 1  # a client holds it: it may still ack
+        elif dry_run or _take_over(conn, queue, r, now):
+            todo.append((r, _delay_left(r, now)))
+        else:
+            waiting += 1  # claimed or acked since it was read: look again next pass
+    if dry_run:
+        return len(todo), lost_count
+    for r, delay in todo:
+        republish(conn, queue, r, timeout, delay)
+    if waiting:
+        log.info(
+            "queue %s: range %d..%d waits for %d messages clients hold",
+            queue.name,
+            rng.lo,
+            rng.hi,
+            waiting,
+        )
+        return 0, 0
+    # `done_by` tells this call's completion from a concurrent repair's after a lost reply,
+    # so the counters move exactly once.
+    token = uuid.uuid4().hex
+    read = "SELECT done, done_by FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
+    if rng.stamp is not None:
+        res = conn.cas(
+            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
+            "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
+            (token, len(todo), lost_count, queue.queue_id, rng.lo, rng.stamp),
+            read=read,
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is not None and row.done_by == token,
+        )
+    else:
+        res = conn.cas(
+            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
+            "WHERE queue_id = ? AND lo = ? IF done = null",
+            (token, len(todo), lost_count, queue.queue_id, rng.lo),
+            read=read,
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is not None and row.done_by == token,
+        )
+    if not res.was_applied:
+        return 0, 0
+    counters.add(queue, "republished", len(todo))
+    counters.add(queue, "lost", lost_count)
+    if lost_count:
+        # Kept past this range's row, which goes with its bucket: see lost.py.
+        landed = {r.id for r in rows}
+        lost.record(
+            conn, queue, rng.lo, rng.hi, [i for i in range(rng.lo, rng.hi) if i not in landed]
+        )
+    if todo or lost_count:
+        log.info(
+            "queue %s: range %d..%d repaired: %d republished, %d never written",
+            queue.name,
+            rng.lo,
+            rng.hi,
+            len(todo),
+            lost_count,
+        )
+    return len(todo), lost_count
+
+
+_RANGE_COLUMNS = (
+    "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, "
+    "acked, dead, moved"
+)
+
+
+def _delay_left(row, now: float) -> float:
+    """What is left of a never-delivered message's delay (a delivered one is due already)."""
+    if row.version is not None or row.visible_at is None:
+        return 0.0
+    return max(0.0, to_epoch(row.visible_at) - now)
+
+
+def _take_over(conn: Connection, queue: QueueInfo, row, now: float) -> bool:
+    """Mark a row of a skipped range dead before republishing it, at the delivery version it
+    was read with, so a client's timer path cannot deliver it as well."""
+    key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
+    res = conn.cas(
+        "UPDATE {ks}.messages USING TTL ? SET dead = true, moved = ? "
+        "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
+        (remaining_ttl(row, queue, now), MOVED_REPAIR, *key, row.version),
+        read="SELECT dead, moved FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
+        read_params=key,
+        # A concurrent repair that took it over is as good: the republish is keyed.
+        applied=lambda cur: cur is not None and bool(cur.dead) and cur.moved == MOVED_REPAIR,
+    )
+    return bool(res.was_applied)
+
+
+def due_ranges(ranges: list[SkippedRange], timeout: float, now: float) -> list[SkippedRange]:
+    return [r for r in ranges if not r.done and r.skipped_at + timeout <= now]
+
+
+def assume_repaired(ranges: list[SkippedRange], due: list[SkippedRange]) -> list[SkippedRange]:
+    """For a dry run: the ranges as they would be after repairing ``due``."""
+    fixed = {r.lo for r in due}
+    return [replace(r, done=True) if r.lo in fixed else r for r in ranges]
+
+
+def forget_ranges(conn: Connection, queue: QueueInfo, below_id: int) -> int:
+    """Delete what is kept for skipped ranges whose buckets are reclaimed (all below
+    ``below_id``): their reservation row, the keys of their republished copies, the range.
+
+    Only then: until its bucket is gone a late writer's close must still find the reservation
+    marked skipped (a missing row would let the close apply), and readers exclude the range.
+    The range row goes last, so a crash in between repeats the whole step next pass.
+    """
+    stamp = int((clock.now() + monoton.CLOSE_STAMP_AHEAD) * 1_000_000)
+    forgotten = 0
+    for rng in skipped_ranges(conn, queue):
+        if not rng.done or rng.hi > below_id:
+            continue
+        conn.cas(
+            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = true",
+            (queue.queue_id, rng.lo),
+            read="SELECT hi FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is None,
+        )
+        # Keys of republished copies (see republish): inserted by compare-and-set, so the
+        # delete is stamped ahead of any ballot; nothing writes these keys again.
+        futures = []
+        for mid in range(rng.lo, rng.hi):
+            futures.append(
+                conn.execute_async(
+                    "DELETE FROM {ks}.reservation_keys USING TIMESTAMP ? "
+                    "WHERE queue_id = ? AND key = ?",
+                    (stamp, queue.queue_id, f"repair:{mid}#0"),
+                )
+            )
+            if len(futures) >= 64:
+                futures.pop(0).result()
+        for f in futures:
+            f.result()
+        conn.cas(
+            "DELETE FROM {ks}.skipped WHERE queue_id = ? AND lo = ? IF done = true",
+            (queue.queue_id, rng.lo),
+            read="SELECT hi FROM {ks}.skipped WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, rng.lo),
+            applied=lambda row: row is None,
+        )
+        forgotten += 1
+    return forgotten
+
+
+def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:
+    """Hand an abandoned reservation to repair before readers pass it.
+
+    Returns False when its writer closed it first: then the block is complete and must be
+    read as usual. Idempotent: recording a range again keeps its first ``skipped_at``.
+    """
+    if not monoton.skip(conn, queue, lo, hi):
+        return False
+    res = conn.cas(
+        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
+        "IF NOT EXISTS",
+        (queue.queue_id, lo, hi),
+        read="SELECT hi FROM {ks}.skipped WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, lo),
+        applied=lambda row: row is not None,
+    )
+    if res.was_applied:
+        log.warning(
+            "queue %s: reservation of ids %d..%d was not written within the repair timeout; "
+            "readers pass it and repair will republish whatever lands there",
+            queue.name,
+            lo,
+            hi,
+        )
+    return True

@@ -1,0 +1,149 @@
+"""A keyed write whose rows name their own queues (the sink's ``queue`` column, as Kafka's
+``topic`` column): one :class:`~.keyed_write.KeyedWrite` per destination.
+
+Every destination's write uses the same key prefix: reservation keys are stored per queue
+(``reservation_keys`` is keyed by ``queue_id``), so a replay of the same writer finds each
+destination's blocks under the same keys, and a row routed to the default queue is keyed
+exactly as an unrouted write would key it. Each destination gets the rows routed to it in
+input order, so a replay with the same input cuts the same chunks per queue.
+
+Destinations are resolved (looked up, or created with ``create``) for every distinct name of a
+slice before any row of that slice is buffered: a slice naming an unknown queue fails before
+its rows reach any queue. Earlier slices may already have flushed full chunks; those belong to
+blocks this attempt reserved, and the failure rolls them back (``KeyedWrite.rollback``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ...errors import QueueNotFoundError
+from ..core import queues
+from ..core.queues import QueueInfo
+from ..store.session import Connection
+from .keyed_write import KeyedWrite, WriteReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoutedReport(WriteReport):
+    """A :class:`WriteReport` summed over destinations, with each one's (written, replayed)."""
+
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+class QueueResolver:
+    """Queue names to :class:`QueueInfo`, looked up once per writer; missing queues are created
+    with ``settings`` when ``create`` is set, otherwise they fail with ``QueueNotFoundError``."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        create: bool = False,
+        settings: dict | None = None,
+        known: Iterable[QueueInfo] = (),
+    ):
+        self.conn = conn
+        self.create = create
+        self.settings = dict(settings or {})
+        self.infos: dict[str, QueueInfo] = {q.name: q for q in known}
+
+    def resolve(self, name: str) -> QueueInfo:
+        info = self.infos.get(name)
+        if info is not None:
+            return info
+        if self.create:
+            settings = dict(self.settings)
+            if settings.get("dead_letter_queue") == name:
+                settings["dead_letter_queue"] = None  # the default queue's DLQ, not its own
+            info = queues.create_queue(self.conn, name, exist_ok=True, **settings)
+            log.info("routed write: queue %r ready (createQueue=true)", name)
+        else:
+            try:
+                info = queues.get_queue(self.conn, name)
+            except QueueNotFoundError:
+                raise QueueNotFoundError(
+                    f"queue {name!r} does not exist in keyspace {self.conn.keyspace!r}; create "
+                    f"it (cassieq create-queue {name}) or set option createQueue=true"
+                ) from None
+        self.infos[name] = info
+        return info
+
+
+class RoutedWrite:
+    """One attempt of a writer whose rows go to several queues; ``make`` builds the keyed write
+    of one destination (same key prefix for all). Feed with :meth:`add` after :meth:`resolve`
+    named every destination of the rows, then :meth:`finish`, or :meth:`run` both."""
+
+    def __init__(
+        self,
+        resolver: QueueResolver,
+        make: Callable[[QueueInfo], KeyedWrite],
+        *,
+        partition: int = 0,
+    ):
+        self.resolver = resolver
+        self.make = make
+        self.partition = partition
+        self.position = 0  # rows seen so far, over all destinations
+        self.writes: dict[str, KeyedWrite] = {}
+
+    def resolve(self, names: Iterable[str]) -> dict[str, QueueInfo]:
+        """Every distinct name's queue; raises before any of them gets a row."""
+        return {n: self.resolver.resolve(n) for n in dict.fromkeys(names)}
+
+    def add(
+        self,
+        dests: list[str],
+        payloads: list[bytes],
+        headers: list[dict | None] | None,
+        delays: list[float] | None,
+        sizes: list[int],
+    ) -> None:
+        """Buffer rows, ``dests[i]`` being row i's queue (already resolved)."""
+        groups: dict[str, list[int]] = {}
+        for i, d in enumerate(dests):
+            groups.setdefault(d, []).append(i)
+        self.position += len(payloads)
+        for name, idx in groups.items():
+            w = self.writes.get(name)
+            if w is None:
+                w = self.writes[name] = self.make(self.resolver.resolve(name))
+            w.add(
+                [payloads[i] for i in idx],
+                None if headers is None else [headers[i] for i in idx],
+                None if delays is None else [delays[i] for i in idx],
+                [sizes[i] for i in idx],
+            )
+
+    def finish(self) -> RoutedReport:
+        per: dict[str, tuple[int, int]] = {}
+        ranges: list[tuple[int, int]] = []
+        for name in sorted(self.writes):  # a fixed order: a retry meets the same failures
+            r = self.writes[name].finish()
+            per[name] = (r.written, r.replayed)
+            ranges.extend(r.blocks)
+        return RoutedReport(
+            self.partition,
+            sum(w for w, _ in per.values()),
+            sum(r for _, r in per.values()),
+            tuple(sorted(ranges)),
+            per,
+        )
+
+    def rollback(self) -> None:
+        for w in self.writes.values():
+            w.rollback()
+
+    def run(self, feed: Iterable[None]) -> RoutedReport:
+        try:
+            for _ in feed:
+                pass
+            return self.finish()
+        except BaseException:
+            self.rollback()
+            raise
