@@ -252,7 +252,9 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         if (args.app_role is None) != (args.app_password_file is None):
             raise ConfigError("--app-role and --app-password-file go together: give both")
         app_password = (
-            read_password_file(args.app_password_file) if args.app_password_file else None
+            read_password_file(args.app_password_file, "--app-password-file")
+            if args.app_password_file
+            else None
         )
         version = client.bootstrap(
             args.create_keyspace,
