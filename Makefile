@@ -30,9 +30,11 @@ $(JARS_STAMP): conf/pom.xml
 	    -DoutputDirectory=$(abspath .cassandra/lib) -DincludeScope=runtime
 	touch $@
 
+# Durable by default (commitlog synced before each acknowledgement; survives a SIGKILL or an
+# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash.
 cassandra-up: setup
 	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
-	  $(if $(filter 1 yes true,$(DURABLE)),--durable) $(if $(filter 1 yes true,$(AUTH)),--auth) \
+	  $(if $(filter 0 no false,$(DURABLE)),--fast) $(if $(filter 1 yes true,$(AUTH)),--auth) \
 	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:

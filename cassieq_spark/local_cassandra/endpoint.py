@@ -122,15 +122,15 @@ def ensure_cassandra(
     base_dir: Path | str | None = None,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     say: Callable[[str], None] = log.info,
-    durable: bool = False,
+    durable: bool = True,
     auth: bool = False,
     tls: bool | str | None = None,
 ) -> Endpoint:
     """A Cassandra 5.x answering for ``port``: found or started (see the module docstring).
 
     ``say`` receives one line before a start (which can take a minute) and what was decided.
-    ``durable`` starts nodes that survive a SIGKILL with what they acknowledged (slower writes);
-    an external Cassandra is used as it is.
+    ``durable`` (the default) starts nodes that survive a SIGKILL with what they acknowledged;
+    False starts the fast test node (no commitlog sync). An external Cassandra is used as it is.
     Raises CassandraError (one line) when none can be found or started.
     """
     base = Path(base_dir).resolve() if base_dir else DEFAULT_BASE_DIR
@@ -198,7 +198,7 @@ def cassandra_endpoint(
     storage_port: int = DEFAULT_STORAGE_PORT,
     nodes: int = 1,
     base_dir: Path | str | None = None,
-    durable: bool = False,
+    durable: bool = True,
     auth: bool = False,
     tls: bool | str | None = None,
 ) -> Iterator[Endpoint]:
