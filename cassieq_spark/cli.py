@@ -35,6 +35,7 @@ from .validate import (
     MAX_WAIT_SECONDS,
     MAX_WATCH_INTERVAL_SECONDS,
     MIN_WATCH_INTERVAL_SECONDS,
+    integer_text,
     max_messages,
     wait_seconds,
     watch_count,
@@ -225,7 +226,8 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
-            args.max = max_messages(int(raw) if raw.lstrip("-").isdigit() else raw, "--max")
+            number = integer_text(raw)
+            args.max = max_messages(raw if number is None else number, "--max")
         if args.wait is not None:
             args.wait = wait_seconds(args.wait, "--wait")
         return

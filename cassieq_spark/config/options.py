@@ -36,7 +36,7 @@ def _parse_hosts(value: str) -> tuple[list[str], int | None]:
             continue
         if part.count(":") == 1:
             host, _, p = part.partition(":")
-            if not p.strip().isdigit():
+            if not (p.strip().isascii() and p.strip().isdigit()):
                 raise ConfigError(
                     f"option 'contactPoints' has {part!r}: the port after ':' must be an "
                     f"integer, got {p!r}"
