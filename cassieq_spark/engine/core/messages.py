@@ -310,20 +310,64 @@ def write_messages(
     return n
 
 
+class PageSizer:
+    """How many rows the next page of a read of bodies asks for.
+
+    The first page asks for :func:`rows_per_read` rows: what fits the body budget even if every
+    row is as large as the queue allows. Later pages follow the bodies actually seen: twice the
+    largest row so far must fit the budget, and a page grows at most fourfold over the one
+    before, up to the driver's usual 5,000 rows. A queue of small messages is so read in large
+    pages after a few small ones, while a run of large rows keeps pages small. The bound is on
+    what was seen: a page of small rows followed by rows at the maximum can carry up to its row
+    count times the maximum, so the guarantee for every read is :func:`rows_per_read`, the
+    growth is an estimate.
+    """
+
+    GROWTH = 4
+    ROW_FLOOR_BYTES = 1024  # below this a row's size is not what limits a page
+
+    def __init__(self, queue: QueueInfo):
+        self.floor = rows_per_read(queue)
+        self.rows = self.floor
+        self.largest = 0
+
+    def saw(self, rows: Sequence) -> None:
+        for r in rows:
+            size = len(getattr(r, "payload", None) or b"")
+            headers = getattr(r, "headers", None)
+            if headers:
+                size += sum(len(k) + len(v) for k, v in headers.items())
+            if size > self.largest:
+                self.largest = size
+        fits = BODY_BUDGET_BYTES // (2 * max(self.largest, self.ROW_FLOOR_BYTES))
+        self.rows = max(self.floor, min(DEFAULT_PAGE_ROWS, self.rows * self.GROWTH, fits))
+
+
 def read_range(
     conn: Connection, queue: QueueInfo, lo: int, hi: int, columns: str = COLUMNS
 ) -> Iterator:
-    """Rows with ids in ``[lo, hi)``, in id order, bucket by bucket; a read of bodies in pages
-    of :func:`rows_per_read` rows (one page in flight at a time)."""
+    """Rows with ids in ``[lo, hi)``, in id order, bucket by bucket. A read of bodies goes
+    page by page (one page in flight at a time), each page sized by a :class:`PageSizer`."""
     stmt = conn.prepare(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
     )
-    page = rows_per_read(queue) if has_bodies(columns) else None
+    if not has_bodies(columns):
+        for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
+            yield from conn.execute(stmt, (queue.queue_id, bucket, blo, bhi))
+        return
+    pages = PageSizer(queue)
     for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
-        bound = stmt.bind((queue.queue_id, bucket, blo, bhi))
-        if page is not None:
-            bound.fetch_size = page
-        yield from conn.execute(bound)
+        state = None
+        while True:
+            bound = stmt.bind((queue.queue_id, bucket, blo, bhi))
+            bound.fetch_size = pages.rows
+            result = conn.execute(bound, paging_state=state)
+            rows = result.current_rows
+            pages.saw(rows)
+            yield from rows
+            state = result.paging_state
+            if state is None:
+                break
 
 
 def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):
