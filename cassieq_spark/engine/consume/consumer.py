@@ -325,7 +325,12 @@ class Consumer:
         self.timers.acked(queue, r.message_id, r.version)
         return True
 
-    def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
+    def change_visibility(
+        self, queue: QueueInfo, receipt: str, timeout: float, payload: bytes | None = None
+    ) -> str:
+        """Hide the message ``timeout`` more seconds; with ``payload``, replace its body in the
+        same compare-and-set (the HTTP API's update), so the new body and the new receipt
+        come together or not at all."""
         r = PopReceipt.decode(receipt)
         r.check_queue(queue.queue_id, queue.name, receipt)
         stale = StaleReceiptError(
@@ -343,10 +348,21 @@ class Consumer:
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
         token = uuid.uuid4().hex[:16]
+        body = "" if payload is None else ", payload = ?"
         res = self.conn.cas(
-            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
-            "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-            (ttl, r.version + 1, from_epoch(due), token, *key, r.version),
+            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ?"
+            + body
+            + " WHERE queue_id = ? AND bucket = ? AND id = ? "
+            "IF version = ? AND acked = null AND dead = null",
+            (
+                ttl,
+                r.version + 1,
+                from_epoch(due),
+                token,
+                *(() if payload is None else (payload,)),
+                *key,
+                r.version,
+            ),
             read=ROW.format(cols="version, claimed_by"),
             read_params=key,
             applied=lambda cur: (
