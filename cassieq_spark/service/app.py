@@ -112,6 +112,10 @@ class Guard:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/"):
+            # Jersey matched a route with a trailing slash too (and the signature ignores it)
+            scope = {**scope, "path": path.rstrip("/") or "/"}
         headers = scope.get("headers") or []
         given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
         rid = given if REQUEST_ID_RE.fullmatch(given) else secrets.token_hex(8)
