@@ -178,6 +178,8 @@ def serve(args: argparse.Namespace) -> int:
     from .app import build_app
     from .state import Service
 
+    # uvicorn's own lines (listening, shutting down, finished) beside the access log
+    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
     config = service_config(args)
     opts = options_from_flags(args)
     opts.update(original_env_options(opts))

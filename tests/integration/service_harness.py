@@ -107,6 +107,7 @@ def start_server(
     *extra: str,
     port: int | None = None,
     env: dict[str, str] | None = None,
+    connection_flags: bool = True,
 ) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "secret").write_text(secret)
@@ -117,12 +118,13 @@ def start_server(
         sys.executable,
         "-m",
         "cassieq_spark.cli",
-        "--contact-points",
-        ",".join(contact_points),
+        *(
+            ["--contact-points", ",".join(contact_points), "--keyspace", keyspace]
+            if connection_flags
+            else []
+        ),
         "--port",
         str(cql_port),
-        "--keyspace",
-        keyspace,
         "serve",
         "--http-port",
         str(port),
