@@ -343,3 +343,13 @@ def test_an_http_queue_is_the_engine_queue_account_dot_name(acct, queue_client):
     got = queue_client.get(f"{acct.name}.shared")
     assert got is not None and got.payload == b"from http"
     assert queue_client.ack(f"{acct.name}.shared", got.pop_receipt)
+
+
+def test_an_update_with_a_message_replaces_the_text_the_next_delivery_sees(acct):
+    acct.create("q")
+    acct.call("POST", "/q/messages", "before")
+    m = acct.call("GET", "/q/messages/next").json()
+    body = '{"message":"after","newInvisibilitySeconds":0}'
+    assert acct.call("PUT", f"/q/messages?popReceipt={m['popReceipt']}", body, JSON).status == 200
+    again = acct.call("GET", "/q/messages/next").json()
+    assert (again["message"], again["messageTag"]) == ("after", m["messageTag"])
