@@ -22,6 +22,7 @@ from .config import (
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .service.server import add_serve_flags, serve
 from .validate import (
     MAX_BATCH,
     MAX_DELAY_SECONDS,
@@ -211,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
 
+    add_serve_flags(sub)
+
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
@@ -334,6 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The driver logs connection trouble as warnings; our one-line error says it better.
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        if args.command == "serve":
+            logging.getLogger("cassieq_spark").setLevel(logging.INFO)
+            return serve(args)
         _check_args(args)
         config = connection_from_options(_options(args))
         with QueueClient(config) as client:

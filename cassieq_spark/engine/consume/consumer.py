@@ -328,10 +328,17 @@ class Consumer:
         return True
 
     def change_visibility(
-        self, queue: QueueInfo, receipt: str, timeout: float, deliveries: int | None = None
+        self,
+        queue: QueueInfo,
+        receipt: str,
+        timeout: float,
+        deliveries: int | None = None,
+        payload: bytes | None = None,
     ) -> str:
         """The receipt's message hidden for ``timeout`` more seconds (0: visible at once); a new
-        receipt. ``deliveries`` also sets its delivery count (see :meth:`give_back`)."""
+        receipt. ``deliveries`` also sets its delivery count (see :meth:`give_back`); with
+        ``payload``, its body is replaced in the same compare-and-set (the HTTP API's update),
+        so the new body and the new receipt come together or not at all."""
         r = PopReceipt.decode(receipt)
         r.check_queue(queue.queue_id, queue.name, receipt)
         stale = StaleReceiptError(
@@ -349,16 +356,18 @@ class Consumer:
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
         token = uuid.uuid4().hex[:16]
+        body = "" if payload is None else ", payload = ?"
         res = self.conn.cas(
             "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ?, "
-            "deliveries = ? "
-            "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
+            "deliveries = ?" + body + " WHERE queue_id = ? AND bucket = ? AND id = ? "
+            "IF version = ? AND acked = null AND dead = null",
             (
                 ttl,
                 r.version + 1,
                 from_epoch(due),
                 token,
                 UNSET_VALUE if deliveries is None else deliveries,
+                *(() if payload is None else (payload,)),
                 *key,
                 r.version,
             ),
