@@ -81,9 +81,13 @@ def _own_running(
     if first is None or live_pid(first) is None or port not in (first.port, first.requested_port):
         return None
     if durable and not first.durable:
-        raise CassandraError(
-            f"the embedded node under {base_dir} runs for port {port} without durable mode: "
-            "stop it first (`make cassandra-down`) to restart it durable"
+        # A running node is used as it is (stopping it would lose what it holds); the user is
+        # told what the fast mode means and how to get a durable one.
+        log.warning(
+            "the embedded node under %s runs for port %s in fast mode: a crash of it loses "
+            "acknowledged writes; `make cassandra-down` then `make cassandra-up` restarts it durable",
+            base_dir,
+            port,
         )
     if (auth, tls) != (first.auth, first.tls):
         raise CassandraError(
