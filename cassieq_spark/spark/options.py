@@ -65,6 +65,7 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxtriggerdelay": "maxTriggerDelay",
     "failondataloss": "failOnDataLoss",
     "countdeliveries": "countDeliveries",
+    "maxbatchattempts": "maxBatchAttempts",
     "queues": "queues",
     "queuepattern": "queuePattern",
 }
@@ -75,6 +76,9 @@ WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
 REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
 WRITE_ID_MAX = 200
+# A replay of a batch is the first attempt's rows: only a batch that failed at least twice
+# may lose rows to the dead-letter queue, so one crash after the sink wrote never moves it.
+MIN_BATCH_ATTEMPTS = 2
 
 SECRET_OPTIONS = frozenset({"password"})
 
@@ -322,8 +326,10 @@ class SourceSettings:
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
     # lost ids (see engine/upkeep/lost.py) fail the query (True) or are logged as a warning
     fail_on_data_loss: bool = True
-    # count deliveries across the query's runs and dead-letter after max_delivery_count
+    # count the runs that read a batch without a commit, and move its messages after
+    # max_batch_attempts of them (None: the queue's max_delivery_count, at least 2)
     count_deliveries: bool = True
+    max_batch_attempts: int | None = None
     # which queues: option queue, queues or queuePattern (default: the one of common.queue)
     selection: source_checks.QueueSelection = source_checks.QueueSelection(source_checks.ONE)
 
@@ -381,6 +387,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         ),
         fail_on_data_loss=_bool(raw, "failondataloss", "failOnDataLoss", True),
         count_deliveries=_bool(raw, "countdeliveries", "countDeliveries", True),
+        max_batch_attempts=parsed.int_option("maxBatchAttempts", None, MIN_BATCH_ATTEMPTS),
         selection=selection,
     )
 
