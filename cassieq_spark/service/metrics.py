@@ -6,7 +6,10 @@
   the label set stays bounded whatever clients send;
 * ``cassieq_queue_backlog{queue}``, ``cassieq_queue_in_flight{queue}``,
   ``cassieq_queue_oldest_age_seconds{queue}``: from the engine's stats, refreshed at most every
-  :data:`QUEUE_STATS_SECONDS` by a scrape (a stats pass reads the live buckets of each queue).
+  :data:`QUEUE_STATS_SECONDS` by a scrape (a stats pass reads the live buckets of each queue);
+* ``cassieq_repair_lease_held`` (1 while this instance holds the repair lease, else 0) and
+  ``cassieq_repair_passes_total`` (repair passes this instance finished): with ``--repair`` on
+  several instances, the sum of ``lease_held`` over them is at most 1.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 QUEUE_STATS_SECONDS = 10.0
@@ -37,6 +40,16 @@ class Metrics:
             "HTTP request latency by route template and method",
             ["route", "method"],
             buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.repair_lease_held = Gauge(
+            "cassieq_repair_lease_held",
+            "1 while this instance holds the repair lease",
+            registry=self.registry,
+        )
+        self.repair_passes = Counter(
+            "cassieq_repair_passes",
+            "Repair passes over every queue finished by this instance",
             registry=self.registry,
         )
         self._queue_source: Callable[[], list[dict]] | None = None

@@ -119,8 +119,22 @@ class RepairLoop(threading.Thread):
         self.ttl = max(30, int(interval * 4))
         self.stopped = threading.Event()
         self.passes = 0
+        self.held = False
 
     def hold(self) -> bool:
+        """Take or renew the lease; logs each change of hands as seen from here."""
+        held = self._take()
+        if held != self.held:
+            log.warning(
+                "repair lease %s by instance %s",
+                "taken" if held else "lost (another instance holds it)",
+                self.service.instance,
+            )
+            self.held = held
+            self.service.metrics.repair_lease_held.set(1 if held else 0)
+        return held
+
+    def _take(self) -> bool:
         conn, me = self.service.conn, self.service.instance
         res = conn.cas(
             "UPDATE {ks}.service_leases USING TTL ? SET owner = ? WHERE name = ? IF owner = ?",
@@ -150,17 +164,19 @@ class RepairLoop(threading.Thread):
             log.info("repair lease not released (%s); it expires by itself", exc)
 
     def one_pass(self) -> None:
-        def repair_all(c) -> None:
+        def repair_all(c) -> bool:
             for info in c.list_queues():
                 if self.stopped.is_set() or not self.hold():
-                    return
+                    return False
                 try:
                     c.repair(info.name)
                 except QueueNotFoundError:
                     continue
+            return True
 
-        self.service.with_client(repair_all)
-        self.passes += 1
+        if self.service.with_client(repair_all):
+            self.passes += 1
+            self.service.metrics.repair_passes.inc()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -169,7 +185,8 @@ class RepairLoop(threading.Thread):
                     self.one_pass()
             except Exception:
                 log.exception("repair pass failed; the next one is in %.0f s", self.interval)
-        self.release()
+        if self.held:
+            self.release()
 
 
 def serve(args: argparse.Namespace) -> int:

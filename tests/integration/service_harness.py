@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -49,8 +50,15 @@ def request(
     body: bytes | str | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 30.0,
+    tls: ssl.SSLContext | None = None,
+    host: str = LOOPBACK,
 ) -> Reply:
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=timeout)
+    """One request on a new connection; ``tls``: HTTPS verified with that context."""
+    conn = (
+        http.client.HTTPSConnection(host, port, timeout=timeout, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection(host, port, timeout=timeout)
+    )
     try:
         data = body.encode() if isinstance(body, str) else body
         conn.request(method, path, body=data, headers=headers or {})
@@ -70,9 +78,10 @@ class Server:
     proc: subprocess.Popen
     log_path: Path
     extra: list[str] = field(default_factory=list)
+    tls: ssl.SSLContext | None = None
 
     def call(self, method: str, path: str, body=None, headers=None, timeout: float = 30.0) -> Reply:
-        return request(self.port, method, path, body, headers, timeout)
+        return request(self.port, method, path, body, headers, timeout, self.tls)
 
     def admin(self, method: str, path: str, body: Any = None) -> Reply:
         data = None if body is None else json.dumps(body)
@@ -108,7 +117,10 @@ def start_server(
     port: int | None = None,
     env: dict[str, str] | None = None,
     connection_flags: bool = True,
+    tls: ssl.SSLContext | None = None,
 ) -> Server:
+    """``tls``: the server serves HTTPS (``extra`` names its cert and key); the harness talks
+    to it with this client context."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "secret").write_text(secret)
     (tmp / "admin").write_text(admin_key)
@@ -139,7 +151,7 @@ def start_server(
     proc = subprocess.Popen(
         argv, stdout=out, stderr=subprocess.STDOUT, env={**clean, **(env or {})}
     )
-    server = Server(port, admin_key, keyspace, proc, log_path, list(extra))
+    server = Server(port, admin_key, keyspace, proc, log_path, list(extra), tls)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
