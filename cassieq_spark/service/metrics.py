@@ -52,6 +52,12 @@ class Metrics:
             "Repair passes over every queue finished by this instance",
             registry=self.registry,
         )
+        self.put_writes = Counter(
+            "cassieq_put_writes",
+            "put_many calls that wrote single HTTP puts (several puts share one when they arrive "
+            "together: cassieq_http_requests of the put route over this is the batching factor)",
+            registry=self.registry,
+        )
         self._queue_source: Callable[[], list[dict]] | None = None
         self._queues: tuple[float, list[dict]] = (0.0, [])
         self._lock = threading.Lock()

@@ -12,7 +12,7 @@ import logging
 import queue as queue_mod
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -32,6 +32,7 @@ from ..errors import (
 from .accounts import AccountStore, Sealer
 from .config import ServiceConfig
 from .metrics import Metrics
+from .put_batcher import PutBatcher
 from .responses import ApiError, framework, invalid
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,11 @@ class Service:
             self._pool.put(QueueClient(connection, self.conn))
         self.limiter = anyio.CapacityLimiter(config.workers)
         self.draining = False
+        self.puts = PutBatcher(self._put_many)
+
+    async def _put_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
+        self.metrics.put_writes.inc()
+        return await self.call(lambda c: c.put_many(queue, payloads, delay=delay), "putMessage")
 
     def close(self) -> None:
         self.conn.shutdown()

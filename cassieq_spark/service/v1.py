@@ -13,19 +13,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..engine.core.messages import Message
+from ..engine.core.messages import Message, to_bytes
 from ..engine.core.queues import QueueInfo
 from ..engine.core.receipts import PopReceipt
 from ..errors import (
     ConfigError,
     InvalidReceiptError,
+    PayloadTooLargeError,
     QueueExistsError,
     QueueNotFoundError,
     StaleReceiptError,
 )
 from ..validate import MAX_DELIVERY_COUNT
 from . import auth, inputs, names
-from .responses import ApiError, conflict, empty, invalid, json_response, not_found_queue
+from .responses import ApiError, conflict, empty, framework, invalid, json_response, not_found_queue
 from .state import Service
 
 PREFIX = "/api/v1/accounts/{account}/queues"
@@ -234,7 +235,13 @@ async def put_message(request: Request) -> Response:
     delay = inputs.query_int(request, "initialInvisibilitySeconds", 0, 0, MAX_SECONDS)
     info = await queue_info(service, request, account, "putMessage")
     raw = await inputs.body(request, service.config.max_body_bytes)
-    await service.call(lambda c: c.put(info.name, raw, delay=float(delay or 0)), "putMessage")
+    try:
+        # Refused here, not in the batch: one message too large must not fail the puts it
+        # would be written with.
+        to_bytes(raw, info)
+    except PayloadTooLargeError as exc:
+        raise framework(413, str(exc)) from None
+    await service.puts.put(info.name, raw, float(delay or 0))
     return empty(201)
 
 
