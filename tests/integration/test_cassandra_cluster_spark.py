@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_faults import (  # tests/integration is on sys.path
+from support.cluster_faults import (
     Faults,
     check_client_traffic,
     consume,

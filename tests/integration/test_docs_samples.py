@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docs_blocks import PAGES, ROOT, Block, blocks
+from support.docs_blocks import PAGES, ROOT, Block, blocks
 
 from cassieq_spark import QueueClient
 

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from support.queues import connection_flags
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.store import faults
@@ -131,14 +132,7 @@ def test_move_refuses_its_own_queue_and_bad_limits(queue_client, queue_name):
 
 def test_cli_redrive_prints_counts(queue_client, queue_name, cassieq_options):
     dlq, _ = _dead_letters(queue_client, queue_name, 2)
-    flags = [
-        "--contact-points",
-        cassieq_options["contactPoints"],
-        "--port",
-        cassieq_options["port"],
-        "--keyspace",
-        cassieq_options["keyspace"],
-    ]
+    flags = connection_flags(cassieq_options)
     run = subprocess.run(
         [sys.executable, "-m", "cassieq_spark", *flags, "redrive", dlq, "--to", queue_name],
         capture_output=True,

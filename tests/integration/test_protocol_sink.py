@@ -16,7 +16,8 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from test_sink import (  # tests/integration is on sys.path
+from support.queues import drain
+from support.sink import (
     TIMEOUT,
     drop_last_commit,
     full_message,
@@ -57,24 +58,6 @@ def _run(plan: SinkPlan, values: list[str], partition: int = 0):
 
 def _values(lo: int, hi: int) -> list[str]:
     return [f"v{i}" for i in range(lo, hi)]
-
-
-def drain(queue_client, queue: str, wait: float = 0.0) -> Counter:
-    """Every message a client gets (and acks) until the queue has nothing visible, by payload.
-
-    ``wait``: keep polling this long after the last message (repair copies, timers)."""
-    seen: Counter = Counter()
-    idle_since = time.monotonic()
-    while True:
-        m = queue_client.get(queue)
-        if m is None:
-            if time.monotonic() - idle_since >= wait:
-                return seen
-            time.sleep(0.1)
-            continue
-        seen[m.text] += 1
-        assert queue_client.ack(queue, m.pop_receipt)
-        idle_since = time.monotonic()
 
 
 # -- F2: writes into a block that repair already finished --------------------------------------

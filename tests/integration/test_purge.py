@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-from test_cli import run  # noqa: F401  (the CLI fixture; tests/integration is on sys.path)
 
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.store import faults
