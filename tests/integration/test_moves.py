@@ -19,7 +19,7 @@ from cassieq_spark.engine.upkeep.deadletter import HEADER_ORIGIN_ID, HEADER_ORIG
 from cassieq_spark.engine.upkeep.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_COUNT
 from cassieq_spark.errors import ConfigError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 
 def _drain(client: QueueClient, queue: str) -> list:

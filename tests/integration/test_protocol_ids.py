@@ -20,7 +20,7 @@ from cassieq_spark.engine.store.schema import SENTINEL_LO
 from cassieq_spark.engine.write import producer
 from cassieq_spark.errors import QueueNotFoundError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 KEY_INSERT = r"INSERT INTO \S*reservation_keys"
 

@@ -32,6 +32,8 @@ from cassieq_spark.spark.options import resolve_queue, sink_options
 from cassieq_spark.spark.sink import InputLayout, SinkPlan, TaskWrite
 from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
 
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+
 
 @pytest.fixture(autouse=True)
 def _no_faults_left():

@@ -20,7 +20,7 @@ from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import CheckpointMismatchError, QueueBusyError, QueueNotFoundError
 from cassieq_spark.spark import register
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 
 @pytest.fixture(autouse=True)

@@ -154,6 +154,7 @@ def _stream_once(spark, options: dict, checkpoint) -> list:
     return rows
 
 
+@pytest.mark.fast  # the smoke tests of make test-fast
 def test_streaming_source_gets_a_late_write_after_the_repair_job(
     spark, queue_client, queue, config, cassieq_options, tmp_path
 ):

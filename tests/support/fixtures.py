@@ -99,6 +99,20 @@ def queue_name(queue_client) -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture
+def own_keyspace_client(cassandra, cassieq_options):
+    """A client of a fresh keyspace of its own (dropped at the end), so that whole tables can be
+    counted."""
+    ks = f"cq_growth_{uuid.uuid4().hex[:10]}"
+    client = QueueClient.from_options({**cassieq_options, "keyspace": ks})
+    client.bootstrap(create_keyspace=True)
+    try:
+        yield client
+    finally:
+        client.conn.session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def cluster3() -> Iterator[Faults]:
     """A durable 3-node Cassandra on 127.0.0.1-3 (CQL 19042), shared by the cluster tests

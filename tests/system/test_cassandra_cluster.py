@@ -25,7 +25,7 @@ from support.cluster_faults import (
 
 from cassieq_spark.local_cassandra import LocalCassandra
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster]
 
 NODES = CLUSTER_NODES
 

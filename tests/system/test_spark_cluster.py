@@ -26,7 +26,7 @@ from support.repair import TIMEOUT, assert_each_once, late_writes
 
 from cassieq_spark.local_spark import LocalSpark, spark_home
 
-pytestmark = [pytest.mark.sparkcluster, pytest.mark.slow]
+pytestmark = pytest.mark.sparkcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT = str(ROOT / "cassieq_spark")  # where an import from this checkout would come from

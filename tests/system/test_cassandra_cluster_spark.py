@@ -40,7 +40,7 @@ from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.spark import register
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
 class TimedCollector:
