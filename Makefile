@@ -62,7 +62,7 @@ check: lint
 	$(PY) -m pytest -m unit $(PYTEST_REPORT)
 
 test-fast: setup
-	$(PY) -m pytest -m "unit or fast" $(PYTEST_REPORT)
+	$(PY) -m pytest -m "unit or (fast and not slow)" $(PYTEST_REPORT)
 
 test: setup
 	$(PY) -m pytest -m "not system and not long" $(PYTEST_REPORT)

@@ -14,7 +14,7 @@ from cassieq_spark.engine.consume.consumer import (
     HEADER_ORIGIN_QUEUE,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def _get_within(client, queue, seconds, **kw):

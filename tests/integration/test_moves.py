@@ -19,7 +19,7 @@ from cassieq_spark.engine.upkeep.deadletter import HEADER_ORIGIN_ID, HEADER_ORIG
 from cassieq_spark.engine.upkeep.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_COUNT
 from cassieq_spark.errors import ConfigError
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def _drain(client: QueueClient, queue: str) -> list:
@@ -101,6 +101,7 @@ def _mover(options: dict[str, str], src: str, dst: str, out: mp.Queue) -> None:
         out.put(total)
 
 
+@pytest.mark.slow  # 20-30 s: not in make test-fast
 def test_two_movers_at_once_deliver_every_message_once(queue_client, queue_name, cassieq_options):
     src, dst = f"{queue_name}_src", queue_name
     queue_client.create_queue(src)

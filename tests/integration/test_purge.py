@@ -14,7 +14,7 @@ from cassieq_spark.engine.store import faults
 from cassieq_spark.engine.stream.consumer import StreamConsumer
 from cassieq_spark.errors import QueueBusyError
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def drain(client, queue) -> list[int]:

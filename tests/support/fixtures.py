@@ -10,8 +10,7 @@ compare-and-set applies and its caller gets a timeout instead of the reply
 disturbed too). Callers must then settle each outcome by reading, as after a coordinator timeout
 in production. A test that uses Spark (``spark``/``sspark``) runs once, without injected faults:
 Spark's Python workers do not see a mode set after the session started, and every
-compare-and-set lives in the engine. The tests that use ``fault_mode`` without Spark are the
-engine contract of ``make test-fast`` (they get the ``fast`` marker).
+compare-and-set lives in the engine.
 """
 
 from __future__ import annotations
@@ -47,14 +46,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     if "fault_mode" in names and not names & SPARK_FIXTURES:
         metafunc.parametrize("fault_mode", FAULT_MODES, indirect=True)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The engine contract (``fault_mode`` without Spark) is part of the fast tier."""
-    for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if "fault_mode" in names and not names & SPARK_FIXTURES:
-            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture
