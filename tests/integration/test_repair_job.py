@@ -106,6 +106,7 @@ def _consume_all(client, queue_name: str) -> None:
 # -- end to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.fast  # the smoke tests of make test-fast
 def test_late_write_into_passed_range_is_delivered_once_with_origin(
     spark, queue_client, queue, config
 ):
@@ -154,7 +155,6 @@ def _stream_once(spark, options: dict, checkpoint) -> list:
     return rows
 
 
-@pytest.mark.fast  # the smoke tests of make test-fast
 def test_streaming_source_gets_a_late_write_after_the_repair_job(
     spark, queue_client, queue, config, cassieq_options, tmp_path
 ):
