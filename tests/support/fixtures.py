@@ -42,9 +42,12 @@ CONSOLE_SCRIPT = Path(sys.executable).parent / "cassieq"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test using ``fault_mode`` runs once per mode; with Spark only without faults."""
+    """A test using ``fault_mode`` runs once per mode; with Spark only without faults. A test
+    that cannot run under a mode names the ones it runs under itself:
+    ``@pytest.mark.parametrize("fault_mode", ["none"], indirect=True)``."""
     names = set(metafunc.fixturenames)
-    if "fault_mode" in names and not names & SPARK_FIXTURES:
+    chosen = any("fault_mode" in m.args[0] for m in metafunc.definition.iter_markers("parametrize"))
+    if "fault_mode" in names and not names & SPARK_FIXTURES and not chosen:
         metafunc.parametrize("fault_mode", FAULT_MODES, indirect=True)
 
 
