@@ -13,7 +13,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: soak spark-up spark-down spark-status setup check test test-fast test-system test-long lint format demo bench bench-quick bench-profile \
+.PHONY: serve soak spark-up spark-down spark-status setup check test test-fast test-system test-long lint format demo bench bench-quick bench-profile \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -21,7 +21,7 @@ setup: $(STAMP) $(JARS_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,server]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
@@ -31,9 +31,23 @@ $(JARS_STAMP): conf/pom.xml
 	    -DoutputDirectory=$(abspath .cassandra/lib) -DincludeScope=runtime
 	touch $@
 
+# The HTTP service (docs/service.md) on the Cassandra on 127.0.0.1:$(CASSANDRA_PORT), or the embedded
+# one started for it; its secret and admin key are made once in .serve/ (mode 600).
+HTTP_PORT ?= 8080
+serve: setup
+	$(PY) -m cassieq_spark.local_cassandra up --port $(CASSANDRA_PORT)
+	mkdir -p .serve && chmod 700 .serve
+	test -s .serve/secret || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/secret)
+	test -s .serve/admin-key || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/admin-key)
+	@echo "admin key: .serve/admin-key; API on http://127.0.0.1:$(HTTP_PORT)/api/v1, dashboard /dashboard"
+	$(PY) -m cassieq_spark.cli --port $(CASSANDRA_PORT) serve --bootstrap --create-keyspace --repair \
+	  --http-port $(HTTP_PORT) --secret-file .serve/secret --admin-key-file .serve/admin-key
+
+# Durable by default (commitlog synced before each acknowledgement; survives a SIGKILL or an
+# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash.
 cassandra-up: setup
 	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
-	  $(if $(filter 1 yes true,$(DURABLE)),--durable) $(if $(filter 1 yes true,$(AUTH)),--auth) \
+	  $(if $(filter 0 no false,$(DURABLE)),--fast) $(if $(filter 1 yes true,$(AUTH)),--auth) \
 	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:

@@ -41,6 +41,7 @@ class BenchConfig:
     latency_rate: float = 20.0
     results_dir: str = "bench/results"
     spark_jars: list[str] = field(default_factory=list)
+    original_src: str = ""  # a checkout of the original CassieQ server (suite service)
 
     @classmethod
     def make(cls, quick: bool, **overrides) -> BenchConfig:

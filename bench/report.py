@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from . import scc_report
+from . import service as service_suite
 from .plots import plots
 from .rows import table_row
 
@@ -230,6 +231,7 @@ def markdown(results: dict, plots: list[str]) -> str:
             "",
             f"Full top-30 text: `{results['stamp']}-sink-profile.txt`.",
         ]
+    lines += service_suite.markdown(results["suites"].get("service", {}))
     scale = results["suites"].get("scale", {})
     if scale.get("status") == "ok":
         lines += [

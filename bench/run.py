@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
@@ -47,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="full sizes (2M-message history, ...)")
     ap.add_argument(
         "--only",
-        help="comma-separated suites: connector,engine,profile,sink,source,latency,flatness,scc,scale (scale: full mode or named)",
+        help="comma-separated suites: connector,engine,profile,sink,source,latency,flatness,scc,scale,service (scale: full mode or named)",
     )
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--rows", type=int, help="rows for the sink and source suites")
+    ap.add_argument(
+        "--original-src",
+        default=os.environ.get("CASSIEQ_ORIGINAL_SRC", ""),
+        help="a checkout of the original CassieQ server, the service suite's baseline "
+        "(or CASSIEQ_ORIGINAL_SRC; without it that baseline is skipped)",
+    )
     add_cassandra_args(ap)
     args = ap.parse_args(argv)
     log_to_stderr()
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         source_rows=args.rows,
         contact_points=args.contact_points,
         port=args.port,
+        original_src=args.original_src,
     )
     only = {x.strip() for x in args.only.split(",")} if args.only else None
     ensure_cassandra(cfg)

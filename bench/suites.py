@@ -265,6 +265,11 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         # Alone: after the shared session stopped. Skipped with the reason when the side
         # environment cannot be built.
         runner.suite("scc", lambda: scc_suite.run(cfg))
+    if wanted("service"):
+        from . import service
+
+        # cassieq serve processes of its own (1 and 2 instances) on loopback
+        runner.suite("service", lambda: service.run(cfg))
     if wanted("scale") and (only is not None or not cfg.quick):
         from . import scale
 

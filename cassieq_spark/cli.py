@@ -22,6 +22,7 @@ from .config import (
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .service.server import add_serve_flags, serve
 from .validate import (
     MAX_BATCH,
     MAX_DELAY_SECONDS,
@@ -35,6 +36,7 @@ from .validate import (
     MAX_WAIT_SECONDS,
     MAX_WATCH_INTERVAL_SECONDS,
     MIN_WATCH_INTERVAL_SECONDS,
+    integer_text,
     max_messages,
     wait_seconds,
     watch_count,
@@ -210,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
 
+    add_serve_flags(sub)
+
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
@@ -225,7 +229,8 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
-            args.max = max_messages(int(raw) if raw.lstrip("-").isdigit() else raw, "--max")
+            number = integer_text(raw)
+            args.max = max_messages(raw if number is None else number, "--max")
         if args.wait is not None:
             args.wait = wait_seconds(args.wait, "--wait")
         return
@@ -252,7 +257,9 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         if (args.app_role is None) != (args.app_password_file is None):
             raise ConfigError("--app-role and --app-password-file go together: give both")
         app_password = (
-            read_password_file(args.app_password_file) if args.app_password_file else None
+            read_password_file(args.app_password_file, "--app-password-file")
+            if args.app_password_file
+            else None
         )
         version = client.bootstrap(
             args.create_keyspace,
@@ -330,6 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The driver logs connection trouble as warnings; our one-line error says it better.
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        if args.command == "serve":
+            logging.getLogger("cassieq_spark").setLevel(logging.INFO)
+            return serve(args)
         _check_args(args)
         config = connection_from_options(_options(args))
         with QueueClient(config) as client:

@@ -319,11 +319,16 @@ class QueueClient:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
 
-    def change_visibility(self, queue: str, pop_receipt: str, timeout: float) -> str:
+    def change_visibility(
+        self, queue: str, pop_receipt: str, timeout: float, payload: bytes | str | None = None
+    ) -> str:
         """Hide the message for ``timeout`` more seconds (0 releases it now, at most 12 hours);
-        returns a new receipt."""
+        returns a new receipt. ``payload`` also replaces the message's body (within the
+        queue's maximum size), in the same compare-and-set."""
+        info = self._queue(queue)
+        body = None if payload is None else to_bytes(payload, info)
         return self._consumer.change_visibility(
-            self._queue(queue), pop_receipt, visibility_seconds(timeout, "timeout", zero=True)
+            info, pop_receipt, visibility_seconds(timeout, "timeout", zero=True), payload=body
         )
 
     # -- moving between queues -----------------------------------------------------------------

@@ -95,6 +95,12 @@ class ReplayMismatchError(CassieQError):
     input and partitioning, or allow it to write such rows again (possible duplicates)."""
 
 
+class PoisonBatchError(CassieQError):
+    """A streaming query's batch failed as many runs as it may (``maxBatchAttempts``) and its
+    queue has no dead-letter queue to move the messages to: the source refuses to drop them
+    unless ``failOnDataLoss=false``; the message names the queue, the ids and the ways out."""
+
+
 class DataLossError(CassieQError):
     """Messages a streaming query needed are gone for good: repair counted ids as lost (their
     reservation was never written). Raised by the source with ``failOnDataLoss=true`` (the

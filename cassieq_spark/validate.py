@@ -158,11 +158,35 @@ def watch_interval(value: object, what: str = "--interval") -> float:
     return v
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are all different (json keeps the last of a repeated key)."""
+    out: dict[str, object] = {}
+    for key, item in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = item
+    return out
+
+
+def integer_text(text: str) -> int | None:
+    """The integer an optional '-' and ASCII digits spell, else None. ``str.isdigit`` also
+    takes '²' and other Unicode digits that ``int`` refuses (a raw ValueError later)."""
+    text = text.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(text)
+
+
 def watch_count(value: object, what: str = "--count") -> int:
     """How many refreshes a watch draws before it stops: a whole number >= 1."""
     raw = value.strip() if isinstance(value, str) else value
-    if isinstance(raw, str) and raw.isdigit():
-        raw = int(raw)
+    if isinstance(raw, str) and integer_text(raw) is not None:
+        raw = integer_text(raw)
     if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
         raise ConfigError(f"{what} must be a whole number of refreshes >= 1, got {_show(value)}")
     return raw
@@ -196,8 +220,8 @@ def _range(minimum: int, maximum: int | None) -> str:
 
 
 def port(value: object, what: str = "port") -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    if isinstance(value, str) and integer_text(value) is not None:
+        value = integer_text(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PORT:
         raise ConfigError(f"{what} must be from 1 to {MAX_PORT}, got {_show(value)}")
     return value
@@ -221,8 +245,12 @@ def replication(value: object) -> dict[str | None, int]:
     what = "replication"
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = json.loads(value, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise ConfigError(
+                f"{what} names {exc.args[0]!r} more than once; give each key once"
+            ) from None
+        except (ValueError, RecursionError):
             raise ConfigError(
                 f"{what} must be a JSON object such as "
                 '\'{"class": "NetworkTopologyStrategy", "datacenter1": 3}\', got '
@@ -263,8 +291,8 @@ def replication(value: object) -> dict[str | None, int]:
 
 
 def _factor(value: object, what: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    if isinstance(value, str) and integer_text(value) is not None:
+        value = integer_text(value)
     return count(value, what, 1, MAX_REPLICATION_FACTOR)
 
 

@@ -140,8 +140,10 @@ def _local_endpoint(config: pytest.Config) -> Iterator[CassandraEndpoint]:
     """The Cassandra on 127.0.0.1:$CASSANDRA_PORT (9042) if it is a 5.x, else the embedded one (on
     a free port if that one is taken by something else); stops at the end only what it started."""
     try:
+        # A node the harness starts is thrown away after the run: it skips syncing its
+        # commitlog (durable=False); tests of durability start durable nodes of their own.
         found = ensure_cassandra(
-            int(os.environ.get("CASSANDRA_PORT", DEFAULT_PORT)), say=_say(config)
+            int(os.environ.get("CASSANDRA_PORT", DEFAULT_PORT)), say=_say(config), durable=False
         )
     except Exception as exc:  # one line, not a traceback per test (DEBUG=1 shows it)
         if debug():

@@ -8,6 +8,7 @@ same names, so an option is parsed and refused in one place whatever it came fro
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 
 from .. import validate
@@ -35,7 +36,7 @@ def _parse_hosts(value: str) -> tuple[list[str], int | None]:
             continue
         if part.count(":") == 1:
             host, _, p = part.partition(":")
-            if not p.strip().isdigit():
+            if not (p.strip().isascii() and p.strip().isdigit()):
                 raise ConfigError(
                     f"option 'contactPoints' has {part!r}: the port after ':' must be an "
                     f"integer, got {p!r}"
@@ -118,24 +119,45 @@ def connection_from_options(
     return ConnectionConfig(**kw)
 
 
-def read_password_file(path: str) -> str:
+MAX_SECRET_FILE_BYTES = 4096  # a password file is read up to this size, no further
+
+
+def read_password_file(path: str, option: str = "passwordFile") -> str:
     """The password in ``path`` (its first line), read where the connection is made: on a Spark
-    cluster the file must be there on every executor too (ship it with ``--files``)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise ConfigError(
-            f"option 'passwordFile': cannot read {path!r} ({exc.strerror or exc}); give a "
-            "readable file whose first line is the password"
-        ) from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"option 'passwordFile': {path!r} is not UTF-8 text") from None
-    if not lines or not lines[0]:
-        raise ConfigError(
-            f"option 'passwordFile': {path!r} is empty; its first line is the password"
+    cluster the file must be there on every executor too (ship it with ``--files``).
+
+    Only a regular file is read, opened without blocking (a FIFO nobody writes, a device such
+    as /dev/zero are refused at once) and no further than :data:`MAX_SECRET_FILE_BYTES`; a
+    UTF-8 byte order mark (as Notepad writes) is dropped. ``option`` names the option or flag
+    the path came from in every error."""
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"option {option!r}: {why}; give a regular file whose first line is the password"
         )
-    return lines[0]
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise refuse(f"cannot read {path!r} ({exc.strerror or exc})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse(f"{path!r} is not a regular file")
+        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise refuse(f"cannot read {path!r} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    first, newline, _ = data.partition(b"\n")
+    if not newline and len(data) > MAX_SECRET_FILE_BYTES:
+        raise refuse(f"the first line of {path!r} is longer than {MAX_SECRET_FILE_BYTES} bytes")
+    try:
+        line = first.decode("utf-8-sig").rstrip("\r")
+    except UnicodeDecodeError:
+        raise ConfigError(f"option {option!r}: {path!r} is not UTF-8 text") from None
+    if not line:
+        raise ConfigError(f"option {option!r}: {path!r} is empty; its first line is the password")
+    return line
 
 
 ENV_PREFIX = "CASSIEQ_"

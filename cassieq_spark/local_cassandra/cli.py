@@ -65,12 +65,24 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=1)
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="native (CQL) port")
     up.add_argument("--storage-port", type=int, default=DEFAULT_STORAGE_PORT)
-    up.add_argument("--heap", default=None, help="per node, e.g. 512M (default 512M, 384M if N>1)")
-    up.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT, help="seconds")
     up.add_argument(
+        "--heap", default=None, help="per node, e.g. 1G (default 1G, 512M per node if N>1)"
+    )
+    up.add_argument("--timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT, help="seconds")
+    up.set_defaults(fast=False)
+    mode = up.add_mutually_exclusive_group()
+    mode.add_argument(
         "--durable",
+        dest="fast",
+        action="store_false",
+        help="sync the commitlog before acknowledging (the default: survives a SIGKILL or OOM)",
+    )
+    mode.add_argument(
+        "--fast",
+        dest="fast",
         action="store_true",
-        help="sync the commitlog before acknowledging (survives SIGKILL; slower writes)",
+        help="skip syncing the commitlog (faster starts and writes; a crash loses what the node "
+        "acknowledged, schema included): for throwaway test nodes only",
     )
     up.add_argument(
         "--auth",
@@ -108,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base_dir=args.base_dir,
                 startup_timeout=args.timeout,
                 say=_out,
-                durable=args.durable,
+                durable=not args.fast,
                 auth=args.auth,
                 tls=args.tls,
             )

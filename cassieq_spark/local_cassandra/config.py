@@ -31,9 +31,10 @@ PID_FILE = "cassandra.pid"
 NODE_FILE = "node.json"
 CONSOLE_FILE = "console.log"
 LOG_TAIL_LINES = 40
-# A dev node syncs its commitlog every 10 s and skips fsync altogether (skip_sync, unsafesystem):
-# fast, but a SIGKILL loses what it acknowledged, schema included. A durable node syncs every
-# write before acknowledging it ("batch" groups concurrent writes into one fsync).
+# A durable node (the default of `make cassandra-up` and `make demo`) syncs every write before
+# acknowledging it ("batch" groups concurrent writes into one fsync). A fast node (the test
+# harness's, `--fast`) syncs its commitlog every 10 s and skips fsync altogether (skip_sync,
+# unsafesystem): a SIGKILL loses what it acknowledged, schema included.
 FAST_COMMITLOG = "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms"
 DURABLE_COMMITLOG = "commitlog_sync: batch"
 
@@ -51,8 +52,11 @@ class CassandraError(RuntimeError):
 
 
 def default_heap(nodes: int) -> str:
-    """512M for a lone node, less per node for a cluster on a small machine."""
-    return "512M" if nodes == 1 else "384M"
+    """1G for a lone node: it serves the product's largest reads and writes (messages of
+    queues.MAX_PAYLOAD_LIMIT, one messages.BODY_BUDGET_BYTES request at a time per caller) next
+    to its memtables (a quarter of the heap) with room to spare; 512M per node of a cluster on
+    a small machine."""
+    return "1G" if nodes == 1 else "512M"
 
 
 def node_address(index: int) -> str:

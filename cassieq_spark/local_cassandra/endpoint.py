@@ -81,9 +81,13 @@ def _own_running(
     if first is None or live_pid(first) is None or port not in (first.port, first.requested_port):
         return None
     if durable and not first.durable:
-        raise CassandraError(
-            f"the embedded node under {base_dir} runs for port {port} without durable mode: "
-            "stop it first (`make cassandra-down`) to restart it durable"
+        # A running node is used as it is (stopping it would lose what it holds); the user is
+        # told what the fast mode means and how to get a durable one.
+        log.warning(
+            "the embedded node under %s runs for port %s in fast mode: a crash of it loses "
+            "acknowledged writes; `make cassandra-down` then `make cassandra-up` restarts it durable",
+            base_dir,
+            port,
         )
     if (auth, tls) != (first.auth, first.tls):
         raise CassandraError(
@@ -122,15 +126,15 @@ def ensure_cassandra(
     base_dir: Path | str | None = None,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     say: Callable[[str], None] = log.info,
-    durable: bool = False,
+    durable: bool = True,
     auth: bool = False,
     tls: bool | str | None = None,
 ) -> Endpoint:
     """A Cassandra 5.x answering for ``port``: found or started (see the module docstring).
 
     ``say`` receives one line before a start (which can take a minute) and what was decided.
-    ``durable`` starts nodes that survive a SIGKILL with what they acknowledged (slower writes);
-    an external Cassandra is used as it is.
+    ``durable`` (the default) starts nodes that survive a SIGKILL with what they acknowledged;
+    False starts the fast test node (no commitlog sync). An external Cassandra is used as it is.
     Raises CassandraError (one line) when none can be found or started.
     """
     base = Path(base_dir).resolve() if base_dir else DEFAULT_BASE_DIR
@@ -198,7 +202,7 @@ def cassandra_endpoint(
     storage_port: int = DEFAULT_STORAGE_PORT,
     nodes: int = 1,
     base_dir: Path | str | None = None,
-    durable: bool = False,
+    durable: bool = True,
     auth: bool = False,
     tls: bool | str | None = None,
 ) -> Iterator[Endpoint]:

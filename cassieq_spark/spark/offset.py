@@ -21,8 +21,11 @@ of the offset so that a replayed batch reads exactly what its first attempt read
 
 A micro-batch ``(start, end]`` therefore delivers
 
-* the *id path*: ids in ``[max(start.id, end.from), end.id)`` that are due at ``end.ts`` (most
-  messages have no due time at all), and
+* the *id path*: ids in ``[end.from, end.id)`` that are due at ``end.ts`` (most messages have
+  no due time at all; nothing when ``end`` equals ``start``, a queue that did not move in a
+  batch of several queues). It is read from ``end`` alone because Spark does not keep batch
+  0's start: it asks ``initialOffset()`` again when it runs batch 0 and when a restart replays
+  it, and a ``latest`` start computed then lies past the batch, and
 * the *timer path*: delayed or once client-delivered messages with a smaller id that are due at
   ``end.ts`` and not acked yet, found through their timers in the slots from
   ``slot(start.ts)`` minus a settle margin (see ``engine/stream/timer_path.py``).

@@ -65,6 +65,7 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxtriggerdelay": "maxTriggerDelay",
     "failondataloss": "failOnDataLoss",
     "countdeliveries": "countDeliveries",
+    "maxbatchattempts": "maxBatchAttempts",
     "queues": "queues",
     "queuepattern": "queuePattern",
 }
@@ -75,6 +76,9 @@ WRITER_TYPES = ("arrow", "rows")
 DEFAULT_WRITER_TYPE = "arrow"
 REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
 WRITE_ID_MAX = 200
+# A replay of a batch is the first attempt's rows: only a batch that failed at least twice
+# may lose rows to the dead-letter queue, so one crash after the sink wrote never moves it.
+MIN_BATCH_ATTEMPTS = 2
 
 SECRET_OPTIONS = frozenset({"password"})
 
@@ -99,10 +103,17 @@ def _int(o: dict[str, str], key: str, label: str, default: int | None, minimum: 
     return validate.int_option(o[key], label, minimum)
 
 
-def _float(o: dict[str, str], key: str, label: str, default: float | None, minimum: float | None):
+def _float(
+    o: dict[str, str],
+    key: str,
+    label: str,
+    default: float | None,
+    minimum: float | None,
+    maximum: float | None = None,
+):
     if key not in o:
         return default
-    return validate.float_option(o[key], label, minimum)
+    return validate.float_option(o[key], label, minimum, maximum)
 
 
 def _bool(o: dict[str, str], key: str, label: str, default: bool) -> bool:
@@ -271,9 +282,13 @@ class SourceOptions:
         return _int(self.common.raw, name.lower(), name, default, minimum)
 
     def float_option(
-        self, name: str, default: float | None = None, minimum: float | None = None
+        self,
+        name: str,
+        default: float | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
     ) -> float | None:
-        return _float(self.common.raw, name.lower(), name, default, minimum)
+        return _float(self.common.raw, name.lower(), name, default, minimum, maximum)
 
 
 def source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -287,6 +302,9 @@ DEFAULT_LEASE_TIMEOUT = 15.0
 DEFAULT_MIN_IDS_PER_PARTITION = 10_000
 DEFAULT_MAX_IDS_PER_PARTITION = 100_000
 MIN_LEASE_TIMEOUT = 3.0
+# A stopped or crashed query keeps every client (get, purge, move) off its queues for up to one
+# lease timeout: ten minutes at most.
+MAX_LEASE_TIMEOUT = 600.0
 CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 
 
@@ -308,8 +326,10 @@ class SourceSettings:
     max_trigger_delay: float = source_checks.DEFAULT_MAX_TRIGGER_DELAY
     # lost ids (see engine/upkeep/lost.py) fail the query (True) or are logged as a warning
     fail_on_data_loss: bool = True
-    # count deliveries across the query's runs and dead-letter after max_delivery_count
+    # count the runs that read a batch without a commit, and move its messages after
+    # max_batch_attempts of them (None: the queue's max_delivery_count, at least 2)
     count_deliveries: bool = True
+    max_batch_attempts: int | None = None
     # which queues: option queue, queues or queuePattern (default: the one of common.queue)
     selection: source_checks.QueueSelection = source_checks.QueueSelection(source_checks.ONE)
 
@@ -328,7 +348,9 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         raise ConfigError(
             f"option 'minIdsPerPartition' ({min_ids}) must not exceed 'maxIdsPerPartition' ({max_ids})"
         )
-    lease = parsed.float_option("leaseTimeout", DEFAULT_LEASE_TIMEOUT, MIN_LEASE_TIMEOUT)
+    lease = parsed.float_option(
+        "leaseTimeout", DEFAULT_LEASE_TIMEOUT, MIN_LEASE_TIMEOUT, MAX_LEASE_TIMEOUT
+    )
     consumer_id = parsed.str_option("consumerId")
     if consumer_id is not None:
         consumer_id = consumer_id.strip()
@@ -358,10 +380,14 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
         starting_position=start,
         min_messages_per_trigger=min_messages,
         max_trigger_delay=source_checks.duration(
-            raw.get("maxtriggerdelay"), "maxTriggerDelay", source_checks.DEFAULT_MAX_TRIGGER_DELAY
+            raw.get("maxtriggerdelay"),
+            "maxTriggerDelay",
+            source_checks.DEFAULT_MAX_TRIGGER_DELAY,
+            source_checks.MAX_TRIGGER_DELAY,
         ),
         fail_on_data_loss=_bool(raw, "failondataloss", "failOnDataLoss", True),
         count_deliveries=_bool(raw, "countdeliveries", "countDeliveries", True),
+        max_batch_attempts=parsed.int_option("maxBatchAttempts", None, MIN_BATCH_ATTEMPTS),
         selection=selection,
     )
 

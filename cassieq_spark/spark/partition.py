@@ -41,10 +41,14 @@ class CassieQPartition(InputPartition):
     excluded: tuple[tuple[int, int], ...] = ()  # [lo, hi) ranges repair owns
     ids: tuple[int, ...] = ()  # timer path candidates
     reader: int = 0  # snapshot: the reader pointer when planned
-    # stream batches: the query run reading them, and the queue's max_delivery_count ("": the
-    # stream does not count its deliveries, option countDeliveries=false)
+    # stream batches: the query run reading them ("": the stream does not count its
+    # deliveries, option countDeliveries=false), the queue's max_delivery_count, how many runs
+    # may read a batch without a commit before its messages move, and whether a move without
+    # a dead-letter queue may drop them (failOnDataLoss=false)
     run: str = ""
     max_delivery_count: int = 0
+    max_batch_attempts: int = 0
+    drop_allowed: bool = False
 
     def overlapping(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
         return tuple(r for r in self.excluded if r[0] < hi and r[1] > lo)

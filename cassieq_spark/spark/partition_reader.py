@@ -84,7 +84,24 @@ def _counted(
         return rows
     part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)
     earlier = stream_deliveries.earlier_runs(conn, queue.queue_id, part, p.run)
-    return stream_deliveries.with_counts(conn, queue, rows, earlier, p.max_delivery_count)
+    return stream_deliveries.with_counts(
+        conn,
+        queue,
+        rows,
+        earlier,
+        p.max_delivery_count,
+        max_attempts=p.max_batch_attempts or None,
+        drop_allowed=p.drop_allowed,
+        what=_describe(p),
+    )
+
+
+def _describe(p: CassieQPartition) -> str:
+    """The partition's messages, for an error message."""
+    if p.ids:
+        more = f" ... {p.ids[-1]}" if len(p.ids) > 1 else ""
+        return f"the {len(p.ids)} due messages with ids {p.ids[0]}{more}"
+    return f"ids {p.lo}..{p.hi - 1}"
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:

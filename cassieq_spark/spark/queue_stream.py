@@ -16,7 +16,7 @@ from ..engine.stream.start import StartingPosition
 from ..engine.upkeep import lost
 from ..errors import DataLossError, QueueNotFoundError
 from .offset import SourceOffset
-from .options import SourceSettings
+from .options import MIN_BATCH_ATTEMPTS, SourceSettings
 from .partition import KIND_IDS, KIND_TIMERS, CassieQPartition, chunks, plan_ranges, subtract
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,16 @@ class QueueStream:
     @property
     def name(self) -> str:
         return self.queue.name
+
+    @property
+    def max_batch_attempts(self) -> int:
+        """Runs that may read a batch without a commit before its messages move: option
+        ``maxBatchAttempts``, else the queue's ``max_delivery_count``, never below
+        ``MIN_BATCH_ATTEMPTS`` (the first replay is always the first attempt's rows)."""
+        given = self.settings.max_batch_attempts
+        return (
+            given if given is not None else max(MIN_BATCH_ATTEMPTS, self.queue.max_delivery_count)
+        )
 
     def offset(self, p: Position) -> SourceOffset:
         return SourceOffset(self.queue.name, str(self.queue.queue_id), p.from_id, p.id, p.ts)
@@ -63,10 +73,17 @@ class QueueStream:
 
     # -- positions -----------------------------------------------------------------------------
 
-    def initial(self, start: StartingPosition | None) -> SourceOffset:
+    def initial(self, start: StartingPosition | None, pass_losses: bool = True) -> SourceOffset:
+        """Where this queue's stream starts; ``pass_losses``: mark lost ranges below it as
+        before the start now (the caller does it later when the start may not be used)."""
         first = self.consumer.initial(start)
-        self.consumer.pass_losses_before(first.id)
+        if pass_losses:
+            self.consumer.pass_losses_before(first.id)
         return self.offset(first)
+
+    def pass_losses_before(self, first_id: int) -> None:
+        """This queue's stream starts at ``first_id``: lost ranges below it are not its own."""
+        self.consumer.pass_losses_before(first_id)
 
     def fix_target(self) -> SourceOffset:
         return self.offset(self.consumer.fix_target())
@@ -126,7 +143,12 @@ class QueueStream:
             "end_ts": e.ts,
         }
         if self.settings.count_deliveries:
-            base.update(run=self.run, max_delivery_count=q.max_delivery_count)
+            base.update(
+                run=self.run,
+                max_delivery_count=q.max_delivery_count,
+                max_batch_attempts=self.max_batch_attempts,
+                drop_allowed=not self.settings.fail_on_data_loss,
+            )
         out: list[InputPartition] = []
         if batch.hi > batch.lo:
             for plo, phi in plan_ranges(

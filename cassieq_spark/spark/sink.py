@@ -4,7 +4,8 @@ Every row becomes one message. Each Spark task is one keyed write (``engine/writ
 chunks of ``idBlockSize`` rows, one block of ids reserved per chunk under a key, found again by
 a replay): this module only says what the key is and how Spark's parts map onto it. The key is
 (query id, batch id, partition id, chunk index); for ``df.write`` the write id, random or the
-``writeId`` option, instead of query and batch. Spark replays a micro-batch with the same
+``writeId`` option, instead of query and batch (a ``writeId`` inside ``foreachBatch`` keeps the
+query id and batch id beside it: ``_write_key``). Spark replays a micro-batch with the same
 batch id after a crash and retries failed tasks, so a replay or a retry asks for the same keys
 and writes each row once; a replay with other rows fails with ``ReplayMismatchError`` unless
 ``replayMismatch=writeAgain``. The input is checked in ``sink_input.py``.
@@ -131,9 +132,24 @@ def _task_key(plan: SinkPlan, partition: int | None) -> tuple[int, str, str]:
         key_prefix = f"s:{query}:{batch_id}:{partition}"
         what = f"micro-batch {batch_id} of query {query}"
     else:
-        key_prefix = f"w:{plan.write_id}:{partition}"
+        key_prefix = f"{_write_key(plan, ctx)}:{partition}"
         what = f"batch write {plan.write_id}"
     return partition, key_prefix, what
+
+
+def _write_key(plan: SinkPlan, ctx) -> str:
+    """The key of a ``df.write``: its write id, random or option ``writeId``. A ``writeId``
+    inside a streaming query's batch (``foreachBatch``) is keyed with the query's id and the
+    batch id too, as Spark sets them on the batch's jobs: a replay of the batch finds the same
+    key, while a query started on a new checkpoint (a new query id, batch ids from 0 again)
+    never meets the keys of an old checkpoint's batches, which live for two weeks."""
+    if plan.options.write_id is None or ctx is None:
+        return f"w:{plan.write_id}"
+    query = ctx.getLocalProperty("sql.streaming.queryId")
+    batch_id = ctx.getLocalProperty("streaming.sql.batchId")
+    if not query or batch_id is None:
+        return f"w:{plan.write_id}"
+    return f"w:{query}:{batch_id}:{plan.write_id}"
 
 
 def _keyed(plan: SinkPlan, queue: QueueInfo, key: tuple[int, str, str]) -> dict:

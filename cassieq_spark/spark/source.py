@@ -189,12 +189,20 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise self._init_error
 
     def initialOffset(self) -> dict:
+        """Where this run starts when the checkpoint has no committed batch yet. Computed once
+        per run: Spark calls this again when it runs batch 0 (and when a restart replays an
+        uncommitted batch 0), and a ``latest`` start computed then would have moved on. What
+        batch 0 delivers does not depend on it in any case: its end offset's ``from`` holds
+        the start it was planned from (``offset.py``). Lost ranges below the start are passed
+        in the run's first ``latestOffset``, only if it starts here (``_first_trigger``)."""
         self._raise_init_error()
+        if self._initial is not None:
+            return self._initial
         entries = {}
         for name in self._names():
             qs = self._stream(name)
             if qs is not None:
-                entries[name] = qs.initial(self.settings.starting_position)
+                entries[name] = qs.initial(self.settings.starting_position, pass_losses=False)
         self._initial = self._encode(entries)
         return self._initial
 
@@ -229,7 +237,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._raise_init_error()
         starts = self._decode(start)
-        self._note_ignored_start(start, starts)
+        self._first_trigger(start, starts)
         ends: dict[str, SourceOffset] = {}
         reading: dict[str, tuple[QueueStream, SourceOffset]] = {}
         for name in self._names():
@@ -279,11 +287,21 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._latest = next(iter(lags.values()), None)
         return self._encode(ends)
 
-    def _note_ignored_start(self, start: dict, starts: dict[str, SourceOffset]) -> None:
+    def _first_trigger(self, start: dict, starts: dict[str, SourceOffset]) -> None:
+        """The run's first plan: a query that starts at this run's ``initialOffset`` never
+        needed lost ranges below its start, so they are passed rather than reported; a run
+        that resumes a checkpoint (a replayed batch 0 included) passes none, and says when
+        ``startingPosition`` was ignored."""
         if not self._first_plan:
             return
         self._first_plan = False
-        if self.settings.starting_position is not None and start != self._initial:
+        if start == self._initial:
+            for name, s in starts.items():
+                qs = self._stream(name)
+                if qs is not None and qs.owns(s):
+                    qs.pass_losses_before(s.id)
+            return
+        if self.settings.starting_position is not None:
             log.info(
                 "option startingPosition (%s) is ignored: the checkpoint already has offsets, "
                 "the query resumes at %s",

@@ -5,9 +5,14 @@ option, what it got and what is allowed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import warnings
 from dataclasses import dataclass
+from typing import Any
+
+import re2
 
 from ..engine.stream.start import AT_ID, AT_TIMESTAMP, EARLIEST, LATEST, StartingPosition
 from ..errors import ConfigError
@@ -34,7 +39,7 @@ class QueueSelection:
 
     def matches(self, name: str) -> bool:
         if self.kind == MATCHING:
-            return re.fullmatch(self.pattern or "", name) is not None
+            return compile_queue_pattern(self.pattern or "").fullmatch(name) is not None
         return name in self.names
 
     def describe(self) -> str:
@@ -68,17 +73,37 @@ def queue_selection(queue: str, raw: dict[str, str]) -> QueueSelection:
         if doubled:
             raise ConfigError(f"option 'queues' names {', '.join(doubled)} more than once")
         return QueueSelection(LISTED, tuple(names))
-    try:
-        re.compile(str(pattern))
-    except re.error as exc:
-        raise ConfigError(
-            f"option 'queuePattern' must be a regular expression (Python re syntax, matched "
-            f"against whole queue names): {exc}; got {pattern!r}"
-        ) from None
+    compile_queue_pattern(str(pattern))
     return QueueSelection(MATCHING, (), str(pattern))
 
 
+@functools.lru_cache(maxsize=64)
+def compile_queue_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, whose matching takes time linear in the name, whatever the
+    pattern (a backtracking matcher takes a minute on ``(a+)+`` against 31 characters, at every
+    trigger). RE2's dialect is Python's without backreferences, lookaround and possessive
+    quantifiers; it has POSIX classes (``[[:alpha:]]``) and repetition counts up to 1,000.
+    Compiled once per pattern and process."""
+    options = re2.Options()
+    options.log_errors = False  # the ConfigError below says it, once
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(pattern)  # Python's parser too: RE2 reads 'x{99999999999}' as text
+        return re2.compile(pattern, options=options)
+    except (re.error, re2.error, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        text = exc.args[0] if exc.args else exc
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        raise ConfigError(
+            f"option 'queuePattern' must be a regular expression in RE2 syntax (Python's without "
+            f"backreferences or lookaround, matched against whole queue names): {text}; "
+            f"got {pattern!r}"
+        ) from None
+
+
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds, as Kafka's maxTriggerDelay
+MAX_TRIGGER_DELAY = 24 * 3600.0  # a trigger waits for minMessagesPerTrigger one day at most
 
 _STARTING_HELP = (
     "option 'startingPosition' must be earliest, latest, "
@@ -122,9 +147,9 @@ def starting_position(raw: str | None) -> StartingPosition:
     return StartingPosition(key, value)
 
 
-def duration(raw: str | None, label: str, default: float) -> float:
+def duration(raw: str | None, label: str, default: float, maximum: float | None = None) -> float:
     """Seconds from ``'15s'``, ``'500ms'``, ``'2 minutes'``, ``'1h'`` or a plain number of
-    seconds; must be > 0."""
+    seconds; must be > 0 and at most ``maximum``."""
     if raw is None:
         return default
     m = _DURATION.match(str(raw).lower())
@@ -136,6 +161,11 @@ def duration(raw: str | None, label: str, default: float) -> float:
     seconds = float(m.group(1)) * _UNITS.get(m.group(2), 1.0)
     if seconds <= 0:
         raise ConfigError(f"option {label!r} must be longer than 0, got {raw!r}")
+    if maximum is not None and seconds > maximum:
+        raise ConfigError(
+            f"option {label!r} must be at most {maximum:g} seconds ({maximum / 3600:g} h), "
+            f"got {raw!r}"
+        )
     return seconds
 
 

@@ -1,7 +1,8 @@
 """A streaming query counts deliveries across its runs and dead-letters a poison batch (issue 16,
 item 6, second half). A batch that fails is replayed by the next run with the same positions;
-after ``max_delivery_count`` runs its messages go to the dead-letter queue, once, and the query
-goes on. Real Cassandra, real Spark, real restarts from one checkpoint."""
+after ``maxBatchAttempts`` runs (by default the queue's ``max_delivery_count``, at least 2) its
+messages go to the dead-letter queue, once, and the query goes on. Real Cassandra, real Spark,
+real restarts from one checkpoint."""
 
 from __future__ import annotations
 
@@ -161,11 +162,14 @@ def test_count_deliveries_false_neither_counts_nor_moves(
     assert queue_client.stats(queue_name)["dead_lettered"] == 0
 
 
-def test_a_client_delivery_and_a_stream_run_add_up(
+def test_client_deliveries_show_in_the_count_but_never_shorten_the_replays(
     sspark, queue_client, queue_name, cassieq_options, tmp_path
 ):
-    """A message a client received and let expire comes to the stream through its timer with
-    one delivery; one failed run makes two: the next run moves it (max_delivery_count 2)."""
+    """A message a client received once and let expire comes to the stream through its timer
+    with delivery count 2 (max_delivery_count 2). A replay must bring the first attempt's rows,
+    so the client's delivery does not take it out of run 2's replay: it is moved once the
+    batch failed maxBatchAttempts (here the queue's 2) runs, by run 3; its copy counts the
+    client's delivery and the two runs."""
     dlq = queue_name + "_dlq"
     queue_client.create_queue(dlq)
     queue_client.create_queue(
@@ -181,12 +185,13 @@ def test_a_client_delivery_and_a_stream_run_add_up(
         tmp_path / "ck",
         lambda run, batch_id, rows: "poison" if _poison_in(rows) else None,
     )
-    first = runs.once()
-    assert first is not None and "poison" in str(first)
-    assert runs.counts() == {mid: [2]}  # the client's delivery, then the stream's
+    for _ in range(2):
+        err = runs.once()
+        assert err is not None and "poison" in str(err), err
+    assert runs.counts() == {mid: [2, 2]}  # the client's delivery, then the stream's; replayed
     assert runs.once() is None
-    assert runs.counts() == {mid: [2]}  # moved by the second run, not delivered
+    assert runs.counts() == {mid: [2, 2]}  # moved by the third run, not delivered
     letter = queue_client.get(dlq)
     assert letter is not None and letter.payload == b"poison"
     assert letter.headers[HEADER_ORIGIN_ID] == str(mid)
-    assert letter.headers[HEADER_DELIVERY_COUNT] == "2"
+    assert letter.headers[HEADER_DELIVERY_COUNT] == "3"

@@ -136,7 +136,7 @@ def test_a_non_cassandra_listener_moves_the_embedded_node_to_a_free_port(
         assert len(recorded_nodes(base)) == 1
         status = _launcher("status", "--base-dir", str(base))
         assert status.returncode == 0, status.stderr
-        assert f"{LOOPBACK}:{node.port} (for port {squatter}): running" in status.stdout
+        assert f"{LOOPBACK}:{node.port} (for port {squatter}) durable: running" in status.stdout
     finally:
         stopped = stop_recorded(base)
     assert stopped == 1

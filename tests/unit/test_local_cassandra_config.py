@@ -183,15 +183,15 @@ def test_jvm_args_need_the_jars(tmp_path: Path) -> None:
 
 
 def test_launcher_defaults(tmp_path: Path) -> None:
-    assert default_heap(1) == "512M"
-    assert default_heap(3) == "384M"
+    assert default_heap(1) == "1G"
+    assert default_heap(3) == "512M"
     single = LocalCassandra(base_dir=tmp_path)
     assert single.contact_points == ["127.0.0.1"]
     assert single.port == 9042
-    assert single.heap == "512M"
+    assert single.heap == "1G"
     cluster = LocalCassandra(nodes=3, port=19042, storage_port=17000, base_dir=tmp_path)
     assert cluster.contact_points == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-    assert cluster.heap == "384M"
+    assert cluster.heap == "512M"
     assert cluster.node(3).node_dir == tmp_path.resolve() / "3"
     assert not cluster.is_node_running(1)  # no pid file there
     with pytest.raises(ValueError):

@@ -33,7 +33,7 @@ from ...errors import QueueBusyError
 from ..core import clock, monoton, pointers, timers
 from ..core.buckets import bucket_of
 from ..core.clock import from_epoch, to_epoch
-from ..core.messages import Message, is_expired, read_range, remaining_ttl
+from ..core.messages import Message, is_expired, read_range, remaining_ttl, rows_per_read
 from ..core.queues import QueueInfo
 from ..core.receipts import PopReceipt
 from ..store import faults
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 # and claims from a random place in it, so racing batches spread instead of colliding again.
 CLAIM_MAX = 1000
 CLAIM_MIN = 16
-BODIES_BYTES = 32 * 1024 * 1024  # payload bytes one read of bodies may return, at most
 SCAN_CHUNK = 1024  # rows of the reader path read at once, at most (scan columns only)
 SCAN_ROUNDS = 4  # lost batch claims per receive before giving up on the reader path
 POLL_FIRST = 0.05  # long polling: the first pause between two looks (seconds) ...
@@ -251,13 +250,12 @@ def _claim_batch(
     ids = [r.id for r in rows]
     # The timers go first: if we die right after the claim, the messages still come back.
     _schedule(c, queue, due, ids, now)
-    # The bodies are read alongside the claim (one round trip less); wasted only on a lost race.
-    # A few at a time, so that no reply holds more than BODIES_BYTES of the largest payloads.
-    per_read = max(1, min(len(ids), BODIES_BYTES // max(1, queue.max_payload_bytes)))
-    bodies = [
-        conn.execute_async(_BODIES, (queue.queue_id, bucket, ids[i : i + per_read]))
-        for i in range(0, len(ids), per_read)
-    ]
+    # The first bodies are read alongside the claim (one round trip less; wasted only on a lost
+    # race), the rest after it, one read at a time: no reply and no moment holds more than
+    # messages.BODY_BUDGET_BYTES of the queue's largest messages, whatever the batch size.
+    per_read = rows_per_read(queue)
+    chunks = [ids[i : i + per_read] for i in range(0, len(ids), per_read)]
+    first_bodies = conn.execute_async(_BODIES, (queue.queue_id, bucket, chunks[0]))
     faults.point("batch.before_claim", queue=queue, rows=rows, now=now)
     token = uuid.uuid4().hex[:16]
     params = [
@@ -280,9 +278,11 @@ def _claim_batch(
         read_params=first,
         applied=lambda cur: cur is not None and cur.version == 1 and cur.claimed_by == token,
     )
-    found = {b.id: b for f in bodies for b in f.result()}
+    found = {b.id: b for b in first_bodies.result()}
     if not res.was_applied:
         return None
+    for chunk in chunks[1:]:
+        found.update((b.id, b) for b in conn.execute(_BODIES, (queue.queue_id, bucket, chunk)))
     _fence(c, queue, rows, bucket, now)
     out = []
     for r in rows:

@@ -25,6 +25,8 @@ import random
 import uuid
 from dataclasses import dataclass
 
+from cassandra.query import UNSET_VALUE
+
 from ...errors import StaleReceiptError
 from ..core import clock, monoton, pointers, timers
 from ..core.buckets import bucket_of
@@ -325,7 +327,18 @@ class Consumer:
         self.timers.acked(queue, r.message_id, r.version)
         return True
 
-    def change_visibility(self, queue: QueueInfo, receipt: str, timeout: float) -> str:
+    def change_visibility(
+        self,
+        queue: QueueInfo,
+        receipt: str,
+        timeout: float,
+        deliveries: int | None = None,
+        payload: bytes | None = None,
+    ) -> str:
+        """The receipt's message hidden for ``timeout`` more seconds (0: visible at once); a new
+        receipt. ``deliveries`` also sets its delivery count (see :meth:`give_back`); with
+        ``payload``, its body is replaced in the same compare-and-set (the HTTP API's update),
+        so the new body and the new receipt come together or not at all."""
         r = PopReceipt.decode(receipt)
         r.check_queue(queue.queue_id, queue.name, receipt)
         stale = StaleReceiptError(
@@ -343,10 +356,21 @@ class Consumer:
         due = now + timeout
         timers.schedule(self.conn, queue, due, r.message_id, now)
         token = uuid.uuid4().hex[:16]
+        body = "" if payload is None else ", payload = ?"
         res = self.conn.cas(
-            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ? "
-            "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null",
-            (ttl, r.version + 1, from_epoch(due), token, *key, r.version),
+            "UPDATE {ks}.messages USING TTL ? SET version = ?, invisible_until = ?, claimed_by = ?, "
+            "deliveries = ?" + body + " WHERE queue_id = ? AND bucket = ? AND id = ? "
+            "IF version = ? AND acked = null AND dead = null",
+            (
+                ttl,
+                r.version + 1,
+                from_epoch(due),
+                token,
+                UNSET_VALUE if deliveries is None else deliveries,
+                *(() if payload is None else (payload,)),
+                *key,
+                r.version,
+            ),
             read=ROW.format(cols="version, claimed_by"),
             read_params=key,
             applied=lambda cur: (
@@ -356,3 +380,18 @@ class Consumer:
         if not res.was_applied:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
+
+    def give_back(self, queue: QueueInfo, message: Message) -> bool:
+        """A delivery this client took but did not use (a move the destination refused): the
+        message is visible again at once and the delivery is not counted, so giving back never
+        brings a message nearer to its dead-letter queue or its drop. False when the receipt
+        went stale meanwhile (another consumer has the message now)."""
+        assert message.pop_receipt is not None
+        try:
+            self.change_visibility(
+                queue, message.pop_receipt, 0.0, deliveries=max(0, message.delivery_count - 1)
+            )
+        except StaleReceiptError:
+            return False
+        self.timers.given_back(queue, message.id)
+        return True

@@ -57,6 +57,13 @@ class TimerPath:
             slot = self._known.setdefault(queue.queue_id, {}).setdefault(held[1], {})
             slot[message_id] = math.inf  # its timer needs no read any more
 
+    def given_back(self, queue: QueueInfo, message_id: int) -> None:
+        """A delivery this client gave back (visible again now): its timer is worth reading
+        at once, not when the delivery would have expired."""
+        self._holding.pop((queue.queue_id, message_id), None)
+        for seen in self._known.get(queue.queue_id, {}).values():
+            seen.pop(message_id, None)
+
     def next(
         self,
         queue: QueueInfo,

@@ -27,6 +27,14 @@ log = logging.getLogger(__name__)
 BATCH_MAX_BYTES = 24 * 1024
 BATCH_MAX_ROWS = 128
 IN_FLIGHT = 48  # concurrent requests per writer
+# What the requests of one caller may carry of message bodies at once, reads and writes alike.
+# A node holds a body several times over while it serves it (the row, the result set, the
+# frame), so a reply of 16 MiB costs a node about 100 MiB of heap for a moment; the 1 GiB heap
+# of `make cassandra-up` takes that with room to spare next to its memtables (256 MiB).
+# Reads of bodies are sized from the queue's max_payload_bytes (see rows_per_read): a queue
+# of small messages should say so to be read in large pages.
+BODY_BUDGET_BYTES = 16 * 1024 * 1024
+DEFAULT_PAGE_ROWS = 5000  # the driver's page size, for reads without bodies
 
 _INSERT = (
     "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at) "
@@ -134,26 +142,50 @@ def remaining_ttl(row, queue: QueueInfo, now: float) -> int:
     return max(1, math.ceil(left))
 
 
+def rows_per_read(queue: QueueInfo) -> int:
+    """How many message rows one read of bodies may ask for: as many of the queue's largest
+    messages (max_payload_bytes plus the largest headers) as fit in :data:`BODY_BUDGET_BYTES`,
+    at least one (a lone row never exceeds the budget: queues.MAX_PAYLOAD_LIMIT is below it)."""
+    largest = queue.max_payload_bytes + MAX_HEADERS_BYTES
+    return max(1, min(DEFAULT_PAGE_ROWS, BODY_BUDGET_BYTES // largest))
+
+
+def has_bodies(columns: str) -> bool:
+    """True when a read of ``columns`` returns payloads (and so is sized by rows_per_read)."""
+    return "payload" in (c.strip() for c in columns.split(","))
+
+
 def check_headers(headers: object, position: int | None = None) -> dict[str, str] | None:
     return validate.headers(headers, position)
 
 
 class Pipeline:
-    """Keeps up to ``IN_FLIGHT`` requests running; raises the first failure on ``drain``."""
+    """Keeps up to ``IN_FLIGHT`` requests running, and no more than :data:`BODY_BUDGET_BYTES`
+    of the sizes given to ``submit`` (one request alone may exceed it); raises the first
+    failure on ``drain``."""
 
     def __init__(self, conn: Connection, in_flight: int = IN_FLIGHT):
         self.conn = conn
         self.limit = in_flight
         self.futures: deque = deque()
+        self.sizes: deque[int] = deque()
+        self.in_flight_bytes = 0
 
-    def submit(self, statement, params=None) -> None:
-        if len(self.futures) >= self.limit:
+    def submit(self, statement, params=None, nbytes: int = 0) -> None:
+        while self.futures and (
+            len(self.futures) >= self.limit or self.in_flight_bytes + nbytes > BODY_BUDGET_BYTES
+        ):
             # Waiting on the oldest keeps ordering simple and the window full.
+            self.in_flight_bytes -= self.sizes.popleft()
             self.futures.popleft().result()
         self.futures.append(self.conn.execute_async(statement, params))
+        self.sizes.append(nbytes)
+        self.in_flight_bytes += nbytes
 
     def drain(self) -> None:
         futures, self.futures = self.futures, deque()
+        self.sizes.clear()
+        self.in_flight_bytes = 0
         error = None
         for f in futures:
             try:
@@ -256,7 +288,7 @@ def write_messages(
             ]
             if batch is None or rows >= BATCH_MAX_ROWS or nbytes + row_bytes > BATCH_MAX_BYTES:
                 if batch is not None:
-                    pipe.submit(batch)
+                    pipe.submit(batch, nbytes=nbytes)
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED)
                 # Upserts of rows at ids this writer reserved: sending one twice is harmless,
                 # so the retry policy may re-send it after a timeout or a lost connection.
@@ -272,21 +304,70 @@ def write_messages(
             rows += 1
             nbytes += row_bytes
         if batch is not None:
-            pipe.submit(batch)
+            pipe.submit(batch, nbytes=nbytes)
     if pipeline is None:
         pipe.drain()
     return n
 
 
+class PageSizer:
+    """How many rows the next page of a read of bodies asks for.
+
+    The first page asks for :func:`rows_per_read` rows: what fits the body budget even if every
+    row is as large as the queue allows. Later pages follow the bodies actually seen: twice the
+    largest row so far must fit the budget, and a page grows at most fourfold over the one
+    before, up to the driver's usual 5,000 rows. A queue of small messages is so read in large
+    pages after a few small ones, while a run of large rows keeps pages small. The bound is on
+    what was seen: a page of small rows followed by rows at the maximum can carry up to its row
+    count times the maximum, so the guarantee for every read is :func:`rows_per_read`, the
+    growth is an estimate.
+    """
+
+    GROWTH = 4
+    ROW_FLOOR_BYTES = 1024  # below this a row's size is not what limits a page
+
+    def __init__(self, queue: QueueInfo):
+        self.floor = rows_per_read(queue)
+        self.rows = self.floor
+        self.largest = 0
+
+    def saw(self, rows: Sequence) -> None:
+        for r in rows:
+            size = len(getattr(r, "payload", None) or b"")
+            headers = getattr(r, "headers", None)
+            if headers:
+                size += sum(len(k) + len(v) for k, v in headers.items())
+            if size > self.largest:
+                self.largest = size
+        fits = BODY_BUDGET_BYTES // (2 * max(self.largest, self.ROW_FLOOR_BYTES))
+        self.rows = max(self.floor, min(DEFAULT_PAGE_ROWS, self.rows * self.GROWTH, fits))
+
+
 def read_range(
     conn: Connection, queue: QueueInfo, lo: int, hi: int, columns: str = COLUMNS
 ) -> Iterator:
-    """Rows with ids in ``[lo, hi)``, in id order, bucket by bucket."""
+    """Rows with ids in ``[lo, hi)``, in id order, bucket by bucket. A read of bodies goes
+    page by page (one page in flight at a time), each page sized by a :class:`PageSizer`."""
     stmt = conn.prepare(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
     )
+    if not has_bodies(columns):
+        for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
+            yield from conn.execute(stmt, (queue.queue_id, bucket, blo, bhi))
+        return
+    pages = PageSizer(queue)
     for bucket, blo, bhi in split_by_bucket(lo, hi, queue.bucket_size):
-        yield from conn.execute(stmt, (queue.queue_id, bucket, blo, bhi))
+        state = None
+        while True:
+            bound = stmt.bind((queue.queue_id, bucket, blo, bhi))
+            bound.fetch_size = pages.rows
+            result = conn.execute(bound, paging_state=state)
+            rows = result.current_rows
+            pages.saw(rows)
+            yield from rows
+            state = result.paging_state
+            if state is None:
+                break
 
 
 def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):

@@ -9,9 +9,22 @@ readers may pass them, and hand them to repair, which republishes whatever lands
 
 Handing a reservation to repair (``skip``) and a late writer closing it must not both win, or
 one reader would deliver the late messages while repair republishes them too. Both are
-compare-and-sets on the reservation row (``IF closed = null`` / ``IF skipped = null``), so
-exactly one wins. A writer that finishes well within the repair timeout (half of it, measured
-on its own clock) closes with a plain write: no reader can see its block as abandoned yet.
+compare-and-sets on the reservation row (``IF hi = ?`` / ``IF hi = ? AND skipped = null``),
+so exactly one wins. A writer that finishes well within the repair timeout (half of it,
+measured on its own clock) closes with a plain write: no reader can see its block as abandoned
+yet.
+
+What a reservation row says, and what its absence says:
+
+* a row with ``hi`` and neither ``skipped`` nor ``closed``: open, its writer is on it;
+* ``skipped``: handed to repair, which delivers what lands there until it finishes the range;
+* ``skipped`` and ``closed``: *forgotten* (:func:`forget`): repair finished the range, its
+  bucket is reclaimed and its bookkeeping dropped; nothing written there now is delivered.
+  Kept, for as long as a key can name it, for every *keyed* block, so that a replay of the key
+  or a late close of its writer cannot take the block for written;
+* no row: closed by its writer (or given back), so every row it wrote is delivered. For an
+  unkeyed block, also what a forget leaves (no key can ask for it again); its only writer
+  tells the two apart by the repair pointer, see :func:`close`.
 """
 
 from __future__ import annotations
@@ -22,12 +35,13 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from enum import Enum
 
 from ...errors import ContentionError
 from ..store import faults
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
-from . import clock
+from . import clock, pointers
 from .queues import QueueInfo
 
 log = logging.getLogger(__name__)
@@ -36,6 +50,9 @@ log = logging.getLogger(__name__)
 # overlap id x only has to look at rows with lo >= x - MAX_BLOCK.
 MAX_BLOCK = 10_000
 OPEN_TTL = 14 * 24 * 3600  # an open reservation outlives any repair timeout
+# A forgotten keyed block's row is kept this long from the forget on: longer than the key that
+# names it, which was written (with the reservation_keys table's TTL, as long) before.
+FORGOTTEN_TTL = 14 * 24 * 3600
 # A plain close is stamped this far ahead of the writer's clock: the tolerated skew between a
 # writer and the coordinator that stamped its reservation.
 CLOSE_STAMP_AHEAD = 300.0
@@ -112,6 +129,7 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
     """Reserve ``count`` consecutive ids with one lightweight transaction (more under contention)."""
     if not 1 <= count <= MAX_BLOCK:
         raise ValueError(f"a reservation holds 1..{MAX_BLOCK} ids, asked for {count}")
+    # A ':' in the owner marks a keyed block (is_keyed_owner): its row outlives a forget.
     owner = f"{owner_hint}:{uuid.uuid4().hex[:12]}" if owner_hint else uuid.uuid4().hex[:12]
     started = time.monotonic()
     # The counter as this process last left it is a good first guess for a lone writer (then
@@ -186,6 +204,14 @@ def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
     on that row can shadow, whatever the clocks (a reservation's ``lo`` is never reused).
     Later, the close is a compare-and-set that loses to a reader that already handed the
     block to repair; then repair republishes what was written, and nothing is delivered twice.
+
+    It also loses to a forget (the block was skipped, repaired and forgotten while its writer
+    stalled): ``IF hi = ?`` fails on the marker of a keyed block and on the missing row of an
+    unkeyed one. When the reply is lost and the row is gone, either this close applied or a
+    forget came first; a forget happens only once the repair pointer has passed the block, so
+    a pointer still below its end means the close applied. (A pointer past it is read as a
+    forget: wrong only if readers consumed the block and repair reclaimed it between the close
+    and the read-back, and then the rows are written again, never lost.)
     """
     elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
     if elapsed < queue.repair_timeout / 2:
@@ -197,34 +223,113 @@ def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
             )
         )
     faults.point("monoton.before_late_close", queue=queue, res=res)
-    out = conn.cas(
-        "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = null",
-        (queue.queue_id, res.lo),
-        read="SELECT hi, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is None or not row.skipped,
-    )
+    for _attempt in range(3):
+        out = conn.cas(
+            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF hi = ? AND skipped = null",
+            (queue.queue_id, res.lo, res.hi),
+            read="SELECT hi, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, res.lo),
+            applied=lambda row: row is None or row.hi is None,
+        )
+        row = out.one()
+        if out.was_applied or getattr(row, "hi", None) is None or getattr(row, "skipped", None):
+            break
+        # Still open and not skipped: the statement never ran (a timeout before it ran).
+    else:
+        raise ContentionError(
+            f"could not close ids {res.lo}..{res.hi} of queue {queue.name!r}; retry the write"
+        )
+    if out.was_applied and out.resolved and repaired_past(conn, queue, res.hi):
+        return Closing(closed=False)
     return Closing(closed=out.was_applied)
 
 
-def skip(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:
-    """Hand the abandoned reservation ``[lo, hi)`` to repair. False: its writer closed it first
-    (the block is complete and readers deliver it as usual).
+def repaired_past(conn: Connection, queue: QueueInfo, end: int) -> bool:
+    """Has the repair pointer passed ``end``? Ranges below it may be forgotten."""
+    return pointers.read(conn, queue).repair * queue.bucket_size >= end
+
+
+class Handed(Enum):
+    """What :func:`skip` found the reservation to be."""
+
+    TO_REPAIR = "handed to repair (by this call or an earlier one)"
+    CLOSED = "closed by its writer: readers deliver it as usual"
+    FORGOTTEN = "repaired and forgotten: nothing there is delivered any more"
+
+
+def skip(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> Handed:
+    """Hand the abandoned reservation ``[lo, hi)`` to repair, unless its writer closed it
+    first (the block is complete and readers deliver it as usual) or repair forgot it already
+    (a reader whose view of the reservations is older than the forget).
 
     ``IF hi = ?`` fails on a row that is gone (closed), so a skip can never bring a closed
-    reservation back as a row of its own.
+    reservation back as a row of its own; ``closed = null`` keeps a forgotten one forgotten.
     """
     res = conn.cas(
-        "UPDATE {ks}.monoton SET skipped = true WHERE queue_id = ? AND lo = ? IF hi = ?",
+        "UPDATE {ks}.monoton SET skipped = true WHERE queue_id = ? AND lo = ? "
+        "IF hi = ? AND closed = null",
         (queue.queue_id, lo, hi),
-        read="SELECT hi, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        read="SELECT hi, skipped, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
         read_params=(queue.queue_id, lo),
-        applied=lambda row: row is not None and bool(row.skipped),
+        applied=lambda row: row is not None and bool(row.skipped) and not row.closed,
     )
     if res.was_applied:
-        return True
+        return Handed.TO_REPAIR
     row = res.one()
-    return bool(getattr(row, "skipped", None))
+    if getattr(row, "closed", None) and getattr(row, "skipped", None):
+        return Handed.FORGOTTEN
+    return Handed.TO_REPAIR if getattr(row, "skipped", None) else Handed.CLOSED
+
+
+def is_keyed_owner(owner: str | None) -> bool:
+    """Was the block with this ``owner`` reserved under a key (:func:`reserve_keyed`)?"""
+    return owner is not None and ":" in owner
+
+
+def forget(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool:
+    """Repair finished the skipped range ``[lo, hi)`` and reclaimed its bucket: drop its
+    reservation row, or for a keyed block rewrite it as the *forgotten* marker (``skipped``
+    and ``closed``, kept :data:`FORGOTTEN_TTL`). True when a marker is kept: then the keys of
+    the range's republished copies must stay as well, since a replay of the block's key asks
+    them which rows repair delivered.
+
+    Both are compare-and-sets conditioned on ``skipped``: a row that is not (or no longer)
+    skipped is not repair's to forget.
+    """
+    row = conn.execute(
+        "SELECT hi, owner, skipped FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        (queue.queue_id, lo),
+    ).one()
+    if row is None or not row.skipped:
+        return False
+    if not is_keyed_owner(row.owner):
+        conn.cas(
+            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = true",
+            (queue.queue_id, lo),
+            read="SELECT hi FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read_params=(queue.queue_id, lo),
+            applied=lambda row: row is None,
+        )
+        return False
+    out = conn.cas(
+        "UPDATE {ks}.monoton USING TTL ? SET hi = ?, skipped = true, closed = true "
+        "WHERE queue_id = ? AND lo = ? IF skipped = true",
+        (FORGOTTEN_TTL, hi, queue.queue_id, lo),
+        read="SELECT hi, skipped, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, lo),
+        applied=lambda row: row is not None and bool(row.skipped) and bool(row.closed),
+    )
+    return bool(out.was_applied)
+
+
+def is_forgotten(conn: Connection, queue: QueueInfo, lo: int) -> bool:
+    """For a block readers handed to repair: has repair forgotten it since? Its row is then
+    the forgotten marker, or gone (only a forget removes a skipped block's row)."""
+    row = conn.read_serial(
+        "SELECT hi, skipped, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+        (queue.queue_id, lo),
+    )
+    return row is None or row.hi is None or bool(row.skipped and row.closed)
 
 
 def horizon(
@@ -259,11 +364,13 @@ def horizon(
     for r in rows:
         if r.lo is None or r.hi is None or r.hi <= from_id:
             continue  # a row without `hi` is what is left of a closed one
+        if r.closed:
+            # Forgotten by repair (with `skipped`; see forget), or closed by an older version
+            # of this code: nothing left to wait for or to hand to repair.
+            continue
         if r.skipped:
             abandoned.append((r.lo, r.hi))  # repair owns it, whatever its writer did since
             continue
-        if r.closed:
-            continue  # closed by an older version of this code (rows are deleted now)
         open_count += 1
         created = r.created_at.replace(tzinfo=dt.timezone.utc).timestamp() if r.created_at else 0.0
         if created < cutoff:
@@ -313,9 +420,10 @@ def _keyed(conn: Connection, queue: QueueInfo, key: str, lo: int, hi: int) -> Re
         "SELECT hi, owner, skipped, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
         (queue.queue_id, lo),
     ).one()
-    # No row (or no `hi` left): the block was closed, its first writer finished.
-    closed = m is None or m.hi is None or bool(m.closed)
+    # No row (or no `hi` left): the block was closed, its first writer finished. A keyed
+    # block repair forgot keeps its row as a marker (skipped and closed): skipped, see forget.
     skipped = bool(m is not None and m.skipped)
+    closed = m is None or m.hi is None or bool(m.closed)
     owner = m.owner if m is not None and m.owner else f"key:{key}"
     return Reservation(lo, hi, owner, key=key, closed=closed and not skipped, skipped=skipped)
 

@@ -30,12 +30,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
 # read from any `lo` up includes it, so `next` always comes back with the reservations.
 SENTINEL_LO = 2**62
+
+# The HTTP service's tables, one self-contained step (accounts, their sealed keys, the repair
+# lease of the service instances); no other table refers to them.
+SERVICE_ACCOUNTS_MIGRATION: list[str] = [
+    """CREATE TABLE IF NOT EXISTS {ks}.service_accounts (
+        account text PRIMARY KEY,
+        created_at timestamp)""",
+    """CREATE TABLE IF NOT EXISTS {ks}.service_account_keys (
+        account text,
+        key_name text,
+        sealed blob,
+        created_at timestamp,
+        PRIMARY KEY (account, key_name))""",
+    """CREATE TABLE IF NOT EXISTS {ks}.service_leases (
+        name text PRIMARY KEY,
+        owner text)""",
+]
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
@@ -162,6 +179,10 @@ MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY ((queue_id, part), run))
             WITH default_time_to_live = 1209600"""
     ],
+    # The HTTP service's accounts (cassieq_spark/service): an account row, its keys sealed
+    # under a server-side secret that is never stored in Cassandra (reading the table gives no
+    # usable key), and the lease that lets one service instance at a time run repair.
+    8: SERVICE_ACCOUNTS_MIGRATION,
 }
 
 

@@ -4,8 +4,9 @@ A batch is planned on one process, read on others (``stream_read.py``), and acke
 processor committed it (``stream_ack.py``). A batch ``(start, end]`` between two
 :class:`Position` s delivers
 
-* the *id path*: ids in ``[max(start.id, end.from_id), end.id)`` that are due at the batch's
-  time ``end.ts`` (plain messages always are), and
+* the *id path*: ids in ``[end.from_id, end.id)`` that are due at the batch's time ``end.ts``
+  (plain messages always are; ``from_id`` is fixed when the batch is planned, at or above
+  ``start.id``, so a replay reads the same ids whatever start Spark passes it), and
 * the *timer path*: delayed or once client-delivered messages below that which are due at
   ``end.ts`` and not acked, found through their timers (``stream_timers.py``).
 
@@ -290,8 +291,16 @@ class StreamConsumer:
 
     def batch(self, start: Position, end: Position) -> Batch | None:
         """What the batch ``(start, end]`` delivers, for its readers; None: nothing. The same
-        for the same positions, whoever planned them (a replay after a restart)."""
-        lo = max(start.id, end.from_id)
+        for the same end, whoever planned it (a replay after a restart).
+
+        The id path starts at ``end.from_id``, never at ``start``: planning put the batch's
+        real start there (at or above ``start.id``), and Spark hands batch 0 a ``start`` it
+        asks the source for again when it runs or replays the batch, which a ``latest`` start
+        computes anew (past the batch by then). ``end == start`` is a queue that did not move
+        in this batch (several queues): nothing."""
+        if end == start:
+            return None
+        lo = end.from_id
         if end.id <= lo and end.ts <= start.ts:
             return None
         self.lease.ensure()

@@ -1,20 +1,26 @@
 """Delivery counts of a streaming query's messages across the query's runs, and the dead-letter
-move once a message has had ``max_delivery_count`` of them.
+move of a poison batch.
 
 Spark re-runs the batch it logged last but did not commit when a query restarts, with the same
-positions. A message that makes every run fail (a poison message) would stop the query on
-every restart, as a message a client never acks would come back forever without a count. So
-the stream counts, like a client's ``get``: every *run* of the query that reads a partition of
-a batch delivers its messages once more, and a message delivered ``max_delivery_count`` times
-without an ack leaves the queue instead (to the dead-letter queue, or dropped when there is
-none: ``deadletter.take``), then the batch goes on without it.
+positions, and expects the same rows: a sink keyed on the batch (the cassieq sink, ``df.write``
+with ``writeId``, Delta's ``txnVersion``) skips what the first attempt wrote and fails closed
+on rows that differ. A message that makes every run fail (a poison message) would stop the
+query on every restart, as a message a client never acks would come back forever without a
+count. So the stream counts the *runs* of the query that read each partition of a batch
+without a commit; once ``maxBatchAttempts`` runs did, the next one moves the whole partition
+to the dead-letter queue instead of delivering it, and the batch goes on without it. Client
+deliveries (the message's own count) move a message only when they alone reached the queue's
+``max_delivery_count``, which no replay can change while the stream holds the lease: until the
+batch's attempts run out, a replay is the first attempt's rows.
 
 Counted per (partition, run), not per message: one write and one read per partition a run
 reads, whatever its size. Retries of a task and several actions over one batch in the same run
 count once, since a run commits a batch once. The count cannot tell which message of a failing
-batch is the poison one: as SQS's receive count, it dead-letters every message of a batch that
-failed that often. A query that wants finer grain catches failures row by row and rejects
-those rows with ``cassieq_spark.dead_letter``.
+batch is the poison one, nor a failure from a crash after the sink wrote: as SQS's receive
+count, it moves every message of a partition whose batch failed that often. A query that wants
+finer grain catches failures row by row and rejects those rows with
+``cassieq_spark.dead_letter``. A queue without a dead-letter queue does not lose a poison batch
+unseen: the run fails with PoisonBatchError unless ``failOnDataLoss=false`` accepts the drop.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Sequence
 
-from ...errors import QueueNotFoundError
+from ...errors import PoisonBatchError, QueueNotFoundError
 from ..core import clock, queues
 from ..core.counters import Counters
 from ..core.queues import QueueInfo
@@ -69,39 +75,66 @@ def with_counts(
     deliveries: Iterator[Delivery],
     earlier: int,
     max_delivery_count: int,
+    max_attempts: int | None = None,
+    drop_allowed: bool = False,
+    what: str = "",
 ) -> Iterator[Delivery]:
-    """The partition's deliveries, less the messages that already had ``max_delivery_count``
-    (client deliveries plus the ``earlier`` runs): those are moved out of the queue instead.
+    """The partition's deliveries, less the messages that leave the queue instead (to the
+    dead-letter queue, ``deadletter.take``):
 
-    The count a row carries stays the one of the batch's first run (its client deliveries plus
-    one; unless a client received it between the runs): Spark expects a replayed
-    batch to bring the same rows, and writes keyed on it rely on that (the sink's replay check
-    fails closed on a changed row, ``dead_letter`` puts the count in a header). The moved copy
-    carries the full count."""
+    * a message clients already received ``max_delivery_count`` times, as the next client
+      ``get`` would move it. Clients are locked out while the stream holds the lease, so that
+      count is the same in every run that reads the batch: the first run moves it, and no
+      replay has it either;
+    * every message of the partition once ``earlier`` runs read it without a commit and that
+      reached ``max_attempts`` (default ``max_delivery_count``): a poison batch. The whole
+      partition moves at once, in the same run.
+
+    So a replay brings the first attempt's rows until the batch failed ``max_attempts`` runs:
+    client deliveries never take a row out of a replay, and writes keyed on the batch (the
+    sink's replay check, ``writeId``) see the same rows. The count a row carries stays the
+    one of the batch's first run (its client deliveries plus one); the moved copy carries the
+    full count (client deliveries plus the runs).
+
+    A poison batch of a queue without a dead-letter queue is dropped only if ``drop_allowed``
+    (option ``failOnDataLoss=false``); else PoisonBatchError, before anything of it is
+    dropped (``what`` names the partition's messages in it)."""
+    attempts = max_delivery_count if max_attempts is None else max_attempts
+    poison = earlier >= attempts
     moved = taken = 0
     full: QueueInfo | None = None
     counters = Counters(conn)
     for row, count in deliveries:
-        before = count - 1 + earlier  # deliveries this message had before this one
-        if before < max_delivery_count:
+        client = count - 1  # client deliveries before the stream's first run
+        if not poison and client < max_delivery_count:
             yield row, count
             continue
         full = full or _current(conn, queue)
         if full is None:  # the queue was deleted or created again: nothing to move it to
             continue
-        if deadletter.take(conn, counters, full, row, clock.now(), deliveries=before):
+        if poison and full.dead_letter_queue is None and not drop_allowed:
+            raise PoisonBatchError(
+                f"queue {queue.name!r}: {earlier} runs of this query read {what or 'a batch'} "
+                f"(from id {row.id}) without a commit (maxBatchAttempts {attempts}), and the "
+                "queue has no dead-letter queue to move them to; nothing was dropped. Fix what "
+                "makes the batch fail, or run the query once with failOnDataLoss=false to drop "
+                "these messages (counted in the queue's `dropped`), or set countDeliveries=false "
+                "to retry the batch as it is"
+            )
+        if deadletter.take(conn, counters, full, row, clock.now(), deliveries=client + earlier):
             moved += 1
         else:
             taken += 1  # acked or claimed by a client since it was read: not ours to deliver
     if moved:
         log.warning(
-            "queue %s: %d messages reached max_delivery_count %d (%d earlier runs of this query "
-            "read their batch without a commit): moved to %s instead of delivered again",
+            "queue %s: %d messages moved to %s instead of delivered again (%s)",
             queue.name,
             moved,
-            max_delivery_count,
-            earlier,
             (full and full.dead_letter_queue) or "nowhere (no dead-letter queue: dropped)",
+            f"{earlier} runs of this query read their batch without a commit, maxBatchAttempts "
+            f"{attempts}"
+            if poison
+            else f"clients had delivered them max_delivery_count {max_delivery_count} times",
         )
     if taken:
         log.info("queue %s: %d messages taken by a client before the move", queue.name, taken)

@@ -21,7 +21,7 @@ from ..core import monoton
 from ..core.buckets import bucket_of
 from ..core.clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
 from ..core.messages import COLUMNS as READ_COLUMNS
-from ..core.messages import read_range
+from ..core.messages import has_bodies, read_range, rows_per_read
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 
@@ -104,12 +104,14 @@ def read_rows_by_id(
     stmt = conn.prepare(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
     )
+    # Reads of bodies: no more in flight than one read's byte budget holds.
+    window = min(READ_WINDOW, rows_per_read(queue)) if has_bodies(columns) else READ_WINDOW
     pending: list = []
     for mid in ids:
         pending.append(
             conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
         )
-        if len(pending) >= READ_WINDOW:
+        if len(pending) >= window:
             row = pending.pop(0).result().one()
             if row is not None:
                 yield row

@@ -1,7 +1,9 @@
 """Moving messages between queues: ``redrive`` (dead letters back to work) and ``move``.
 
 A mover is a consumer of the source: it receives a message (claimed for the move's visibility
-timeout, like any get), writes it to the destination, then acks it in the source. The write is
+timeout, like any get), writes it to the destination, then acks it in the source. A message the
+destination refuses (larger than its max_payload_bytes) is given back at once, its delivery not
+counted: a refused move, however often retried, never dead-letters or drops a message. The write is
 keyed by the source message's id, so a mover that dies between the write and the ack leaves a
 message that reappears in the source and whose next move finds the first copy instead of
 writing a second one: every message lands in the destination once. An ack that comes back
@@ -85,10 +87,18 @@ def move_messages(
         else:
             headers[HEADER_MOVED_FROM] = source.name
         if len(message.payload) > destination.max_payload_bytes:
+            # Given back as it was: a refused move never counts as a delivery, so retrying it
+            # never dead-letters or drops the message.
+            back = consumer.give_back(source, message)
+            where = (
+                "it stays in the source, visible again, its delivery not counted"
+                if back
+                else "another consumer holds it now"
+            )
             raise ConfigError(
                 f"message {message.id} of {source.name!r} has {len(message.payload)} bytes, more "
-                f"than {destination.name!r} accepts ({destination.max_payload_bytes}); it stays "
-                "in the source"
+                f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
+                f"({report.moved} moved before it)"
             )
         enqueue(
             conn,

@@ -13,8 +13,10 @@ Repair waits the repair timeout once more (a slow writer may still land), then:
   not done), then taken over the same way;
 * counts the ids that never arrived as lost;
 * marks the range done (a compare-and-set: only one repair counts it);
-* once the range's buckets are reclaimed, forgets it: the range row, its reservation row and
-  the keys of its republished copies (finding F22).
+* once the range's buckets are reclaimed, forgets it: the range row goes, and so do the
+  reservation row and the keys of the republished copies of an unkeyed block; a keyed block
+  keeps both (its row as the *forgotten* marker) for as long as its key may be replayed, so
+  that a replay writes what repair did not deliver instead of taking the block for written.
 """
 
 from __future__ import annotations
@@ -83,8 +85,11 @@ def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservat
     Yes if we can (re)start its repair clock: record it as skipped now, or push back the
     ``skipped_at`` of a range not repaired yet. Its repair then waits the repair timeout
     again and republishes what we write (readers never deliver rows of a skipped range).
-    No if its range is already repaired: what lands there now would never be delivered.
+    No if its range is already repaired: what lands there now would never be delivered; nor
+    if repair forgot it meanwhile (then there is no range row to find, see forget_ranges).
     """
+    if res.skipped and monoton.is_forgotten(conn, queue, res.lo):
+        return False
     read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
     # After a lost reply: a row that is there and not repaired is as good as our own insert
     # (the update below restarts its clock either way).
@@ -297,40 +302,39 @@ def assume_repaired(ranges: list[SkippedRange], due: list[SkippedRange]) -> list
 
 
 def forget_ranges(conn: Connection, queue: QueueInfo, below_id: int) -> int:
-    """Delete what is kept for skipped ranges whose buckets are reclaimed (all below
-    ``below_id``): their reservation row, the keys of their republished copies, the range.
+    """Drop what is kept for skipped ranges whose buckets are reclaimed (all below
+    ``below_id``): the range, and the reservation row (:func:`monoton.forget`).
 
     Only then: until its bucket is gone a late writer's close must still find the reservation
-    marked skipped (a missing row would let the close apply), and readers exclude the range.
-    The range row goes last, so a crash in between repeats the whole step next pass.
+    marked skipped, and readers exclude the range. The reservation goes first and the range
+    row last, so a crash in between repeats the whole step next pass, and a writer that finds
+    no range row can tell a forgotten block by its reservation (``settle.restart_repair_clock``).
+
+    A keyed block's reservation stays as the forgotten marker, with the keys of the range's
+    republished copies: a replay of its key asks them which rows repair delivered and writes
+    the others again. An unkeyed block is never asked for again: its row and those keys go.
     """
     stamp = int((clock.now() + monoton.CLOSE_STAMP_AHEAD) * 1_000_000)
     forgotten = 0
     for rng in skipped_ranges(conn, queue):
         if not rng.done or rng.hi > below_id:
             continue
-        conn.cas(
-            "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? IF skipped = true",
-            (queue.queue_id, rng.lo),
-            read="SELECT hi FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-            read_params=(queue.queue_id, rng.lo),
-            applied=lambda row: row is None,
-        )
-        # Keys of republished copies (see republish): inserted by compare-and-set, so the
-        # delete is stamped ahead of any ballot; nothing writes these keys again.
-        futures = []
-        for mid in range(rng.lo, rng.hi):
-            futures.append(
-                conn.execute_async(
-                    "DELETE FROM {ks}.reservation_keys USING TIMESTAMP ? "
-                    "WHERE queue_id = ? AND key = ?",
-                    (stamp, queue.queue_id, f"repair:{mid}#0"),
+        if not monoton.forget(conn, queue, rng.lo, rng.hi):
+            # Keys of republished copies (see republish): inserted by compare-and-set, so the
+            # delete is stamped ahead of any ballot; nothing writes these keys again.
+            futures = []
+            for mid in range(rng.lo, rng.hi):
+                futures.append(
+                    conn.execute_async(
+                        "DELETE FROM {ks}.reservation_keys USING TIMESTAMP ? "
+                        "WHERE queue_id = ? AND key = ?",
+                        (stamp, queue.queue_id, f"repair:{mid}#0"),
+                    )
                 )
-            )
-            if len(futures) >= 64:
-                futures.pop(0).result()
-        for f in futures:
-            f.result()
+                if len(futures) >= 64:
+                    futures.pop(0).result()
+            for f in futures:
+                f.result()
         conn.cas(
             "DELETE FROM {ks}.skipped WHERE queue_id = ? AND lo = ? IF done = true",
             (queue.queue_id, rng.lo),
@@ -346,10 +350,15 @@ def record_skipped(conn: Connection, queue: QueueInfo, lo: int, hi: int) -> bool
     """Hand an abandoned reservation to repair before readers pass it.
 
     Returns False when its writer closed it first: then the block is complete and must be
-    read as usual. Idempotent: recording a range again keeps its first ``skipped_at``.
+    read as usual. Idempotent: recording a range again keeps its first ``skipped_at``. A
+    reservation repair already forgot (a reader whose view predates the forget) is passed
+    without being recorded again: that would count its ids lost a second time.
     """
-    if not monoton.skip(conn, queue, lo, hi):
+    handed = monoton.skip(conn, queue, lo, hi)
+    if handed is monoton.Handed.CLOSED:
         return False
+    if handed is monoton.Handed.FORGOTTEN:
+        return True
     res = conn.cas(
         "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
         "IF NOT EXISTS",

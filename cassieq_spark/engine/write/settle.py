@@ -24,6 +24,7 @@ from ..core import clock, monoton
 from ..core.buckets import bucket_of
 from ..core.messages import Pipeline, read_range
 from ..core.queues import QueueInfo
+from ..store import faults
 from ..store.session import Connection
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,16 @@ def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reserv
     holds whatever the stamp's value (ours, so that a lost reply can be read back exactly);
     its value only decides how long repair waits. False: the range is repaired already, and
     what lands there now is never delivered.
+
+    Also False when repair forgot the range (``ranges.forget_ranges``): the range row is gone
+    then, so an insert would bring back a range whose bucket is reclaimed (repair would count
+    its ids lost a second time and report success to this writer). A forget changes the
+    reservation row before it deletes the range row, so the reservation is read before the
+    insert, and again after an insert that applied: then the insert is taken back.
     """
+    if monoton.is_forgotten(conn, queue, res.lo):
+        return False
+    faults.point("settle.before_restart_clock", queue=queue, res=res)
     read = "SELECT hi, done, skipped_at FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
     for _attempt in range(3):
         stamp = _stamp(clock.now())
@@ -114,6 +124,9 @@ def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reserv
             applied=_skipped_at(stamp),
         )
         if ins.was_applied:
+            if monoton.is_forgotten(conn, queue, res.lo):
+                _withdraw(conn, queue, res, stamp)
+                return False
             return True
         if getattr(ins.one(), "done", None):
             return False
@@ -135,6 +148,24 @@ def restart_repair_clock(conn: Connection, queue: QueueInfo, res: monoton.Reserv
     )
 
 
+def _withdraw(conn: Connection, queue: QueueInfo, res: monoton.Reservation, stamp) -> None:
+    """Take back a range row this writer inserted for a block repair had forgotten."""
+    log.info(
+        "queue %s: repair forgot ids %d..%d while this writer pushed its repair back; "
+        "taking the range back out",
+        queue.name,
+        res.lo,
+        res.hi,
+    )
+    conn.cas(
+        "DELETE FROM {ks}.skipped WHERE queue_id = ? AND lo = ? IF skipped_at = ? AND done = null",
+        (queue.queue_id, res.lo, stamp),
+        read="SELECT skipped_at, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?",
+        read_params=(queue.queue_id, res.lo),
+        applied=lambda row: row is None or row.skipped_at != stamp,
+    )
+
+
 def _stamp(ts: float) -> dt.datetime:
     # Millisecond precision, as Cassandra stores it, so a read-back compares equal.
     return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=int(ts * 1000))
@@ -145,9 +176,10 @@ def _close_found(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -
     for _attempt in range(3):
         out = conn.cas(
             "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ? "
-            "IF hi = ? AND skipped = null AND released = null",
+            "IF hi = ? AND skipped = null AND released = null AND closed = null",
             (queue.queue_id, res.lo, res.hi),
-            read="SELECT hi, skipped, released FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
+            read="SELECT hi, skipped, released, closed FROM {ks}.monoton "
+            "WHERE queue_id = ? AND lo = ?",
             read_params=(queue.queue_id, res.lo),
             # After a lost reply only "the row is gone" says it applied; settled below.
             applied=lambda row: row is None or row.hi is None,
@@ -164,6 +196,8 @@ def _close_found(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -
         if row.released:
             return Settled.ROLLED_BACK
         if row.skipped:
+            if getattr(row, "closed", None):
+                return None  # forgotten by repair: nothing to claim, see settle
             break
         # Still open: the statement never ran (a timeout before it reached Cassandra).
     else:

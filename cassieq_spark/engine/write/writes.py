@@ -8,8 +8,10 @@ and closes the block. Three things could make it report success for rows no one 
   delivered (finding F2). Whenever we write into such a block, or our close loses to the
   skip, we first push back the repair of its range (:func:`restart_repair_clock`), so repair
   waits again and then republishes what we wrote. If the range is already repaired, the rows
-  repair did not deliver move on to a new block (:func:`undelivered`). Closing and rolling
-  back live in ``settle.py``.
+  repair did not deliver move on to a new block (:func:`undelivered`); also once repair
+  reclaimed the bucket and forgot the range, whose keyed reservation stays as a marker for
+  this (a missing row would read as "written"). Closing and rolling back live in
+  ``settle.py``.
 * Two attempts of one keyed write share its block (speculation, a zombie task; F4). Only the
   attempt that reserved a block may roll it back, and its rollback and the other attempt's
   close are compare-and-sets on the block's reservation row (``released``): exactly one wins,
@@ -167,7 +169,8 @@ def _take(
             )
         if res.closed:
             # A rollback forgets the key before it closes the block: closed while the key still
-            # names it means written.
+            # names it means written. (Repair never deletes a keyed block's row: one it forgot
+            # reads as skipped, and restart_repair_clock then says it is repaired.)
             if key_names(conn, queue, key, res.lo):
                 return Taken.DONE, res
             continue

@@ -1,0 +1,169 @@
+"""The ASGI application: the routes of v1, v2 and the admin API, health and readiness,
+``/metrics``, and one middleware that gives every request an id, an access-log line, its
+metrics, bounded headers and an error answer of the documented shapes for anything that goes
+wrong (an unexpected exception is a 500 whose body names the id it was logged under, never a
+traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Message, Receive, Scope, Send
+
+from ..engine.store.schema import require_schema
+from . import admin, dashboard, v1, v2
+from .responses import ApiError, framework, json_response
+from .state import Service
+
+log = logging.getLogger(__name__)
+access = logging.getLogger("cassieq_spark.service.access")
+
+MAX_HEADERS = 100
+MAX_HEADER_BYTES = 32 * 1024
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._\-]{1,64}")
+
+
+async def health(request: Request) -> Response:
+    """Alive: the process answers (no Cassandra call)."""
+    return json_response({"status": "ok", "instance": request.app.state.service.instance})
+
+
+async def ready(request: Request) -> Response:
+    """Ready for traffic: not draining, and Cassandra answers with the schema in place."""
+    service: Service = request.app.state.service
+    if service.draining:
+        return json_response({"status": "draining"}, 503)
+    try:
+        await service.blocking(require_schema, service.conn)
+    except ApiError as exc:
+        return json_response({"status": "unavailable", "detail": exc.body.get("detail")}, 503)
+    return json_response({"status": "ready", "instance": service.instance})
+
+
+async def metrics(request: Request) -> Response:
+    service: Service = request.app.state.service
+    body = await service.blocking(service.metrics.render)
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    return framework(status).response()
+
+
+def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+def build_app(service: Service) -> Guard:
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *v1.ROUTES,
+        *v2.ROUTES,
+        *admin.ROUTES,
+        *dashboard.ROUTES,
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        service.draining = True
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: _http_error, ApiError: _api_error},
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    service.metrics.watch_queues(lambda: dashboard.queue_stats(service))
+    return Guard(app, service)
+
+
+class Guard:
+    """The outermost layer: request id, header limits, access log, metrics, last-resort 500."""
+
+    def __init__(self, app: Starlette, service: Service):
+        self.app = app
+        self.service = service
+        self.state = app.state
+
+    def template(self, scope: Scope) -> str:
+        for route in self.app.routes:
+            match, _ = route.matches(scope)
+            if match != Match.NONE:
+                return getattr(route, "path", "other")
+        return "unmatched"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path = scope.get("path", "")
+        if len(path) > 1 and path.endswith("/"):
+            # Jersey matched a route with a trailing slash too (and the signature ignores it)
+            scope = {**scope, "path": path.rstrip("/") or "/"}
+        headers = scope.get("headers") or []
+        given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if REQUEST_ID_RE.fullmatch(given) else secrets.token_hex(8)
+        status = 500
+        sent = False
+
+        async def send_wrapped(message: Message) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                sent = True
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            if (
+                len(headers) > MAX_HEADERS
+                or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES
+            ):
+                err = framework(
+                    431, f"at most {MAX_HEADERS} headers and {MAX_HEADER_BYTES} bytes of them"
+                )
+                await err.response()(scope, receive, send_wrapped)
+            else:
+                await self.app(scope, receive, send_wrapped)
+        except Exception:
+            log.exception(
+                "request %s %s failed (ID %s)", scope.get("method"), scope.get("path"), rid
+            )
+            if not sent:
+                body = {
+                    "code": 500,
+                    "message": "There was an error processing your request. It has been "
+                    f"logged (ID {rid}).",
+                }
+                await json_response(body, 500)(scope, receive, send_wrapped)
+        finally:
+            took = time.perf_counter() - started
+            route = self.template(scope)
+            self.service.metrics.observe(route, scope.get("method", ""), status, took)
+            account = scope.get("path_params", {}).get("account", "-")
+            access.info(
+                "%s %s %s %d %.1fms account=%s id=%s",
+                (scope.get("client") or ("-",))[0],
+                scope.get("method"),
+                scope.get("path"),
+                status,
+                took * 1000,
+                account,
+                rid,
+            )

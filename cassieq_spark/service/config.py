@@ -1,0 +1,96 @@
+"""The service's settings: flags first, then ``CASSIEQ_*`` variables, then the original
+CassieQ server's variable names (``CLUSTER_NAME``, ``KEYSPACE``, ``CONTACT_POINTS``,
+``USERNAME``, ``PASSWORD``, ``USE_SSL``, ``DATA_CENTER``), then defaults. Secrets (the
+service secret, the admin key, the Cassandra password) come from files or variables, never
+from a flag's value.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+
+# The original server's environment, mapped to the project's Spark-style option names.
+ORIGINAL_ENV = {
+    "CONTACT_POINTS": "contactPoints",
+    "KEYSPACE": "keyspace",
+    "USERNAME": "username",
+    "PASSWORD": "password",
+    "USE_SSL": "ssl",
+    "DATA_CENTER": "localDc",
+}
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_SKEW_SECONDS = 60.0
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024 + 4096
+DEFAULT_REPAIR_INTERVAL = 5.0
+DEFAULT_DRAIN_SECONDS = 30.0
+DEFAULT_WORKERS = 32
+
+
+def original_env_options(
+    have: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Options from the original's variable names, for those ``have`` (flags and
+    ``CASSIEQ_*``) does not set. ``CLUSTER_NAME`` only names the cluster in logs."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for var, option in ORIGINAL_ENV.items():
+        value = env.get(var)
+        if not value or option in have or (option == "password" and "passwordFile" in have):
+            continue
+        if option == "contactPoints" and ":" not in value:
+            value = ",".join(h.strip() for h in value.split(",") if h.strip())
+        if option == "ssl":
+            value = "true" if value.strip().lower() in ("true", "1", "yes") else "false"
+        out[option] = value
+    return out
+
+
+def read_secret(
+    what: str, file_flag: str | None, env_file: str, env_value: str, environ: Mapping[str, str]
+) -> bytes | None:
+    """A secret from a file (flag, then ``env_file``) or from ``env_value``; None if none."""
+    path = file_flag or environ.get(env_file)
+    if path:
+        try:
+            data = Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the {what} from {path!r}: {exc.strerror}") from None
+        if not data:
+            raise ConfigError(f"the {what} file {path!r} is empty")
+        return data
+    value = environ.get(env_value)
+    return value.strip().encode() if value and value.strip() else None
+
+
+@dataclass
+class ServiceConfig:
+    host: str = "127.0.0.1"
+    http_port: int = DEFAULT_HTTP_PORT
+    secret: bytes = b""
+    admin_key: str | None = None
+    skew_seconds: float = DEFAULT_SKEW_SECONDS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    repair: bool = False
+    repair_interval: float = DEFAULT_REPAIR_INTERVAL
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    workers: int = DEFAULT_WORKERS
+    cluster_name: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    instance: str = ""
+
+    def secret_bytes(self) -> bytes:
+        """The secret as given; a base64 text of 16+ bytes is decoded first."""
+        try:
+            raw = base64.b64decode(self.secret, validate=True)
+            if len(raw) >= 16:
+                return raw
+        except ValueError:
+            pass
+        return self.secret

@@ -1,0 +1,103 @@
+"""Prometheus metrics of one instance, in a registry of its own (``GET /metrics``).
+
+* ``cassieq_http_requests_total{route, method, status}`` and
+  ``cassieq_http_request_seconds{route, method}`` (a histogram): ``route`` is the route's
+  template (``/api/v1/accounts/{account}/queues/{queue}/messages``), never the raw path, so
+  the label set stays bounded whatever clients send;
+* ``cassieq_queue_backlog{queue}``, ``cassieq_queue_in_flight{queue}``,
+  ``cassieq_queue_oldest_age_seconds{queue}``: from the engine's stats, refreshed at most every
+  :data:`QUEUE_STATS_SECONDS` by a scrape (a stats pass reads the live buckets of each queue);
+* ``cassieq_repair_lease_held`` (1 while this instance holds the repair lease, else 0) and
+  ``cassieq_repair_passes_total`` (repair passes this instance finished): with ``--repair`` on
+  several instances, the sum of ``lease_held`` over them is at most 1.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+QUEUE_STATS_SECONDS = 10.0
+MAX_QUEUES = 500
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "cassieq_http_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "cassieq_http_request_seconds",
+            "HTTP request latency by route template and method",
+            ["route", "method"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.repair_lease_held = Gauge(
+            "cassieq_repair_lease_held",
+            "1 while this instance holds the repair lease",
+            registry=self.registry,
+        )
+        self.repair_passes = Counter(
+            "cassieq_repair_passes",
+            "Repair passes over every queue finished by this instance",
+            registry=self.registry,
+        )
+        self._queue_source: Callable[[], list[dict]] | None = None
+        self._queues: tuple[float, list[dict]] = (0.0, [])
+        self._lock = threading.Lock()
+        self.registry.register(_QueueCollector(self))
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route, method).observe(seconds)
+
+    def watch_queues(self, source: Callable[[], list[dict]]) -> None:
+        """``source()`` returns the engine stats of each queue (called on a scrape thread)."""
+        self._queue_source = source
+
+    def queue_stats(self) -> list[dict]:
+        if self._queue_source is None:
+            return []
+        with self._lock:
+            at, stats = self._queues
+            if time.monotonic() - at >= QUEUE_STATS_SECONDS:
+                stats = self._queue_source()[:MAX_QUEUES]
+                self._queues = (time.monotonic(), stats)
+            return stats
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _QueueCollector:
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        gauges = {
+            "backlog": GaugeMetricFamily(
+                "cassieq_queue_backlog", "Visible messages waiting", labels=["queue"]
+            ),
+            "in_flight": GaugeMetricFamily(
+                "cassieq_queue_in_flight", "Delivered, not yet acked", labels=["queue"]
+            ),
+            "oldest_age_seconds": GaugeMetricFamily(
+                "cassieq_queue_oldest_age_seconds",
+                "Age of the oldest visible message",
+                labels=["queue"],
+            ),
+        }
+        for s in self.metrics.queue_stats():
+            for key, gauge in gauges.items():
+                gauge.add_metric([s["queue"]], float(s.get(key) or 0))
+        yield from gauges.values()

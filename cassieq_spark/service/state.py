@@ -1,0 +1,98 @@
+"""What one service instance holds: one Cassandra connection, a pool of queue clients on it,
+the account store, its settings and metrics. Instances share nothing but Cassandra.
+
+Engine calls block (the Cassandra driver is synchronous), so each runs on a worker thread with
+a queue client of its own from the pool (a client's consumer caches are not meant for two
+threads at once); at most ``workers`` run at a time, the others wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import secrets
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
+from cassandra.cluster import NoHostAvailable
+
+from ..client import QueueClient
+from ..config import ConnectionConfig
+from ..engine.store.session import Connection
+from ..errors import (
+    ConfigError,
+    ContentionError,
+    PayloadTooLargeError,
+    QueueBusyError,
+    SchemaNotBootstrappedError,
+)
+from .accounts import AccountStore, Sealer
+from .config import ServiceConfig
+from .metrics import Metrics
+from .responses import ApiError, framework, invalid
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+UNAVAILABLE = (NoHostAvailable, Unavailable, OperationTimedOut, ReadTimeout, WriteTimeout)
+
+
+class Service:
+    def __init__(self, config: ServiceConfig, connection: ConnectionConfig):
+        self.config = config
+        self.connection_config = connection
+        self.instance = config.instance or f"{socket.gethostname()}-{secrets.token_hex(4)}"
+        self.conn = Connection(connection)
+        self.sealer = Sealer(config.secret_bytes())
+        self.accounts = AccountStore(self.conn, self.sealer)
+        self.metrics = Metrics()
+        self._pool: queue_mod.LifoQueue[QueueClient] = queue_mod.LifoQueue()
+        for _ in range(config.workers):
+            self._pool.put(QueueClient(connection, self.conn))
+        self.limiter = anyio.CapacityLimiter(config.workers)
+        self.draining = False
+
+    def close(self) -> None:
+        self.conn.shutdown()
+
+    def with_client(self, fn: Callable[[QueueClient], T]) -> T:
+        client = self._pool.get()
+        try:
+            return fn(client)
+        finally:
+            self._pool.put(client)
+
+    async def call(self, fn: Callable[[QueueClient], T], operation: str = "") -> T:
+        """``fn(client)`` on a worker thread; engine errors become API errors."""
+        try:
+            return await anyio.to_thread.run_sync(self.with_client, fn, limiter=self.limiter)
+        except ApiError:
+            raise
+        except PayloadTooLargeError as exc:
+            raise framework(413, str(exc)) from None
+        except QueueBusyError as exc:
+            raise ApiError(
+                409, {"reason": "Conflict", "operation": operation, "message": str(exc)}
+            ) from None
+        except ConfigError as exc:
+            raise invalid(str(exc)) from None
+        except ContentionError as exc:
+            raise unavailable(str(exc)) from None
+        except SchemaNotBootstrappedError as exc:
+            raise unavailable(str(exc)) from None
+        except UNAVAILABLE as exc:
+            log.warning("%s: Cassandra unavailable: %s", operation or "request", exc)
+            raise unavailable("Cassandra did not answer in time; retry") from None
+
+    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """A plain blocking call (no client) on a worker thread, errors as :meth:`call`."""
+        return await self.call(lambda _client: fn(*args))
+
+
+def unavailable(detail: str) -> ApiError:
+    err = framework(503, detail)
+    err.headers["Retry-After"] = "1"
+    return err

@@ -1,0 +1,355 @@
+"""The batch API v2 under ``/api/v2/accounts/{account}/queues/{queue}``: batch receive with
+long polling, batch ack and batch visibility change with a result per entry, stats, redrive,
+purge; the same accounts and auth as v1. ``GET /api/v2/openapi.json`` describes it and
+``GET /api/v2/docs`` renders that description as a page.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from ..engine.consume.batch_ack import ReceiptResult
+from ..engine.core.messages import Message
+from ..engine.core.queues import QueueInfo
+from ..errors import QueueNotFoundError
+from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
+from . import inputs, names
+from .responses import invalid, json_response, not_found_queue
+from .state import Service
+from .v1 import MAX_SECONDS, authorize, message_tag, queue_info
+
+PREFIX = "/api/v2/accounts/{account}/queues/{queue}"
+
+
+def message_json(info: QueueInfo, m: Message) -> dict[str, Any]:
+    try:
+        text, encoding = m.payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(m.payload).decode("ascii"), "base64"
+    return {
+        "id": m.id,
+        "popReceipt": m.pop_receipt,
+        "message": text,
+        "encoding": encoding,
+        "deliveryCount": m.delivery_count,
+        "messageTag": message_tag(info, m.id),
+        "headers": m.headers,
+        "enqueuedAt": m.enqueued_at.isoformat() if m.enqueued_at else None,
+    }
+
+
+def result_json(r: ReceiptResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"popReceipt": r.receipt, "status": r.status}
+    if r.reason:
+        out["reason"] = r.reason
+    if r.new_receipt:
+        out["newPopReceipt"] = r.new_receipt
+    return out
+
+
+async def receive(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "r", request.path_params["queue"])
+    n = inputs.query_int(request, "max", 10, 1, MAX_BATCH) or 10
+    wait = inputs.query_int(request, "waitSeconds", 0, 0, int(MAX_WAIT_SECONDS)) or 0
+    vt = inputs.query_int(request, "invisibilityTimeSeconds", None, 1, MAX_SECONDS)
+    info = await queue_info(service, request, account, "receiveMessages")
+    got = await service.call(
+        lambda c: c.get_many(
+            info.name, n, None if vt is None else float(vt), wait_seconds=float(wait)
+        ),
+        "receiveMessages",
+    )
+    return json_response({"messages": [message_json(info, m) for m in got]})
+
+
+def _list(body: dict[str, Any], name: str) -> list:
+    value = body.get(name)
+    if not isinstance(value, list):
+        raise invalid(f"{name} must be a list, got {type(value).__name__}", 422)
+    if not 1 <= len(value) <= MAX_BATCH:
+        raise invalid(f"{name} must have 1 to {MAX_BATCH} entries, got {len(value)}", 422)
+    return value
+
+
+async def ack(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "a", request.path_params["queue"])
+    body = inputs.object_body(await inputs.body(request, service.config.max_body_bytes), "the acks")
+    receipts = _list(body, "popReceipts")
+    if not all(isinstance(r, str) for r in receipts):
+        raise invalid("popReceipts must be strings", 422)
+    info = await queue_info(service, request, account, "ackMessages")
+    results = await service.call(lambda c: c.ack_many(info.name, receipts), "ackMessages")
+    return json_response({"results": [result_json(r) for r in results]})
+
+
+async def visibility(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "u", request.path_params["queue"])
+    body = inputs.object_body(
+        await inputs.body(request, service.config.max_body_bytes), "the visibility changes"
+    )
+    pairs = []
+    for i, entry in enumerate(_list(body, "entries")):
+        if not isinstance(entry, dict) or not isinstance(entry.get("popReceipt"), str):
+            raise invalid(f"entries[{i}] must be {{popReceipt, invisibilitySeconds}}", 422)
+        seconds = inputs.field_int(entry, "invisibilitySeconds", 0, 0, MAX_SECONDS)
+        pairs.append((entry["popReceipt"], float(seconds or 0)))
+    info = await queue_info(service, request, account, "changeVisibility")
+    results = await service.call(
+        lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility"
+    )
+    return json_response({"results": [result_json(r) for r in results]})
+
+
+async def stats(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "g", request.path_params["queue"])
+    info = await queue_info(service, request, account, "getStats")
+    s = await service.call(lambda c: c.stats(info.name), "getStats")
+    return json_response(
+        {
+            "queueName": request.path_params["queue"],
+            "backlog": s["backlog"],
+            "inFlight": s["in_flight"],
+            "delayed": s["delayed"],
+            "oldestAgeSeconds": s["oldest_age_seconds"],
+            "enqueued": s["enqueued"],
+            "acked": s["acked"],
+            "deadLettered": s["dead_lettered"],
+            "dropped": s["dropped"],
+            "lost": s["lost"],
+        }
+    )
+
+
+async def redrive(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "r", request.path_params["queue"])
+    body = inputs.object_body(await inputs.body(request, 64 * 1024), "the redrive")
+    to = inputs.field_str(body, "to")
+    if not to:
+        raise invalid("to (the queue to move the dead letters to) may not be null", 422)
+    inputs.check_queue(account, to, "to")
+    most = inputs.field_int(body, "max", None, 1, 10_000_000)
+    info = await queue_info(service, request, account, "redrive")
+    target = names.engine_name(account, to)
+
+    def move(c) -> dict:
+        try:
+            c.get_queue(target)
+        except QueueNotFoundError:
+            raise not_found_queue("redrive", to) from None
+        report = c.redrive(info.name, target, max_messages=most).as_dict()
+        return {"from": request.path_params["queue"], "to": to, "moved": report["moved"]}
+
+    return json_response(await service.call(move, "redrive"))
+
+
+async def purge(request: Request) -> Response:
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "d", request.path_params["queue"])
+    info = await queue_info(service, request, account, "purge")
+    report = await service.call(lambda c: c.purge(info.name).as_dict(), "purge")
+    return json_response({"queueName": request.path_params["queue"], "purged": report["purged"]})
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 description of v2 (and of the v1 routes it builds on)."""
+    q = [
+        {"name": "account", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}},
+    ]
+    result = {
+        "type": "object",
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["popReceipt", "status"],
+                    "properties": {
+                        "popReceipt": {"type": "string"},
+                        "status": {"enum": ["ok", "stale", "invalid"]},
+                        "reason": {"type": "string"},
+                        "newPopReceipt": {"type": "string"},
+                    },
+                },
+            }
+        },
+    }
+    errors = {
+        "400": {"description": "a query value out of range: {errors: [...]}"},
+        "401": {"description": "no valid credentials: {code, message}"},
+        "403": {"description": "a signed URL without the level: {code, message}"},
+        "404": {"description": "no such queue: {reason, operation, message, queueName}"},
+        "422": {"description": "a body value out of range: {errors: [...]}"},
+    }
+
+    def op(summary: str, level: str, ok: dict, **extra: Any) -> dict:
+        return {
+            "summary": summary,
+            "description": f"Auth level `{level}` (Key and Signed headers hold every level).",
+            "parameters": q + extra.pop("query", []),
+            "responses": {"200": ok, **errors},
+            **extra,
+        }
+
+    def body(schema: dict) -> dict:
+        return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+    def num(name: str, low: int, high: int, default: int | None, what: str) -> dict:
+        schema: dict[str, Any] = {"type": "integer", "minimum": low, "maximum": high}
+        if default is not None:
+            schema["default"] = default
+        return {"name": name, "in": "query", "schema": schema, "description": what}
+
+    json_ok = {"description": "OK", "content": {"application/json": {}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "cassieq HTTP API v2",
+            "version": "2",
+            "description": "Batch operations over the CassieQ v1 API (docs/service.md).",
+        },
+        "components": {
+            "securitySchemes": {
+                "key": {"type": "apiKey", "in": "header", "name": "Authorization"},
+            }
+        },
+        "security": [{"key": []}],
+        "paths": {
+            PREFIX + "/messages": {
+                "get": op(
+                    "Receive up to max messages, waiting up to waitSeconds for a first one",
+                    "r",
+                    json_ok,
+                    query=[
+                        num("max", 1, MAX_BATCH, 10, "messages at most"),
+                        num("waitSeconds", 0, int(MAX_WAIT_SECONDS), 0, "long polling"),
+                        num(
+                            "invisibilityTimeSeconds", 1, MAX_SECONDS, None, "default: the queue's"
+                        ),
+                    ],
+                )
+            },
+            PREFIX + "/messages/ack": {
+                "post": op(
+                    "Ack many receipts; one result per receipt, in order",
+                    "a",
+                    {"description": "OK", "content": {"application/json": {"schema": result}}},
+                    requestBody=body(
+                        {
+                            "type": "object",
+                            "required": ["popReceipts"],
+                            "properties": {
+                                "popReceipts": {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "maxItems": MAX_BATCH,
+                                }
+                            },
+                        }
+                    ),
+                )
+            },
+            PREFIX + "/messages/visibility": {
+                "post": op(
+                    "Change the visibility of many deliveries; one result per entry",
+                    "u",
+                    {"description": "OK", "content": {"application/json": {"schema": result}}},
+                    requestBody=body(
+                        {
+                            "type": "object",
+                            "required": ["entries"],
+                            "properties": {
+                                "entries": {
+                                    "type": "array",
+                                    "maxItems": MAX_BATCH,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["popReceipt"],
+                                        "properties": {
+                                            "popReceipt": {"type": "string"},
+                                            "invisibilitySeconds": {
+                                                "type": "integer",
+                                                "minimum": 0,
+                                                "maximum": MAX_SECONDS,
+                                            },
+                                        },
+                                    },
+                                }
+                            },
+                        }
+                    ),
+                )
+            },
+            PREFIX + "/stats": {
+                "get": op("Backlog, in flight, delayed, oldest age and totals", "g", json_ok)
+            },
+            PREFIX + "/redrive": {
+                "post": op(
+                    "Move this (dead-letter) queue's messages to another queue of the account",
+                    "r",
+                    json_ok,
+                    requestBody=body(
+                        {
+                            "type": "object",
+                            "required": ["to"],
+                            "properties": {"to": {"type": "string"}, "max": {"type": "integer"}},
+                        }
+                    ),
+                )
+            },
+            PREFIX + "/purge": {"post": op("Drop every message written so far", "d", json_ok)},
+        },
+    }
+
+
+async def openapi_json(request: Request) -> Response:
+    return json_response(openapi())
+
+
+async def docs(request: Request) -> Response:
+    doc = openapi()
+    rows = []
+    for path, ops in doc["paths"].items():
+        for method, spec in ops.items():
+            params = ", ".join(p["name"] for p in spec["parameters"] if p["in"] == "query")
+            rows.append(
+                f"<tr><td>{method.upper()}</td><td><code>{html.escape(path)}</code></td>"
+                f"<td>{html.escape(spec['summary'])}</td><td>{html.escape(spec['description'])}</td>"
+                f"<td>{html.escape(params)}</td></tr>"
+            )
+    page = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>cassieq API v2</title>"
+        "</head><body><h1>cassieq HTTP API v2</h1><p>The machine-readable description: "
+        "<a href='/api/v2/openapi.json'>/api/v2/openapi.json</a>. The v1 API is the CassieQ "
+        "REST API (docs/service.md).</p><table border='1' cellpadding='4'><tr><th>method</th>"
+        "<th>path</th><th>what</th><th>auth</th><th>query</th></tr>"
+        + "".join(rows)
+        + "</table><pre id='openapi' hidden>"
+        + html.escape(json.dumps(doc))
+        + "</pre></body></html>"
+    )
+    return HTMLResponse(page)
+
+
+ROUTES = [
+    Route("/api/v2/openapi.json", openapi_json, methods=["GET"]),
+    Route("/api/v2/docs", docs, methods=["GET"]),
+    Route(PREFIX + "/messages", receive, methods=["GET"]),
+    Route(PREFIX + "/messages/ack", ack, methods=["POST"]),
+    Route(PREFIX + "/messages/visibility", visibility, methods=["POST"]),
+    Route(PREFIX + "/stats", stats, methods=["GET"]),
+    Route(PREFIX + "/redrive", redrive, methods=["POST"]),
+    Route(PREFIX + "/purge", purge, methods=["POST"]),
+]
