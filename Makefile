@@ -1,5 +1,6 @@
 # cassieq-spark: every command a user or CI types.
 # `make test` and `make demo` do their own setup; a fresh clone needs nothing else.
+# Tests in tiers: check (lint + unit), test-fast, test, test-system, test-long (docs/testing.md).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +13,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: serve soak test-cluster-faults spark-up spark-down spark-status setup test test-soak test-unit test-integration test-faults lint format demo bench bench-quick bench-profile \
+.PHONY: serve soak spark-up spark-down spark-status setup check test test-fast test-system test-long lint format demo bench bench-quick bench-profile \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -67,33 +68,24 @@ spark-down:
 spark-status:
 	$(PY) -m cassieq_spark.local_spark status --workers $(WORKERS)
 
+# The test tiers (docs/testing.md: what each holds, its budget, how a test states its tier). Each
+# prints every test that took 0.5 s or more and writes a JUnit report to .test-reports/.
+PYTEST_REPORT = --durations=0 --durations-min=0.5 --junitxml=.test-reports/$@.xml
+
+check: lint
+	$(PY) -m pytest -m unit $(PYTEST_REPORT)
+
+test-fast: setup
+	$(PY) -m pytest -m "unit or (fast and not slow)" $(PYTEST_REPORT)
+
 test: setup
-	$(PY) -m pytest -m "not soak"
+	$(PY) -m pytest -m "not system and not long" $(PYTEST_REPORT)
 
-# Only the node-fault tests (3-node cluster and single node), with their progress printed.
-test-cluster-faults: setup
-	$(PY) -m pytest -m cluster -s
+test-system: setup
+	$(PY) -m pytest -m system -s $(PYTEST_REPORT)
 
-test-soak: setup
-	$(PY) -m pytest -m soak -s
-
-# The engine, sink and source integration tests again, with every compare-and-set's reply lost
-# after it applied (engine/store/faults.py): callers must settle each outcome by reading.
-FAULT_TESTS := tests/integration/test_reservations.py tests/integration/test_engine_semantics.py \
-	tests/integration/test_engine_concurrency.py tests/integration/test_engine_repair.py \
-	tests/integration/test_sink.py tests/integration/test_source_stream.py \
-	tests/integration/test_source_batch.py tests/integration/test_moves.py tests/integration/test_purge.py \
-	tests/integration/test_batch_receive.py tests/integration/test_stream_deliveries.py \
-	$(wildcard tests/integration/test_protocol_*.py)
-test-faults: setup
-	CASSIEQ_FAULTS=lost-reply CASSIEQ_TEST_CONCURRENCY_MESSAGES=2000 \
-	  $(PY) -m pytest -m "not slow and not soak" $(FAULT_TESTS)
-
-test-unit: setup
-	$(PY) -m pytest -m unit
-
-test-integration: setup
-	$(PY) -m pytest -m integration
+test-long: setup
+	$(PY) -m pytest -m long -s $(PYTEST_REPORT)
 
 lint: setup
 	$(VENV)/bin/ruff check .

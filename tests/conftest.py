@@ -10,7 +10,10 @@
   stopped at the end only if this session started it. What was chosen is one line on the
   terminal; a failure is one line (``DEBUG=1`` for the traceback).
 
-Further fixtures live in ``tests/fixtures_*.py``.
+The tier of a test is the directory it lives in (tests/unit, tests/integration, tests/system,
+tests/long: the marker of the same name is added here); docs/testing.md lists what each tier holds
+and its time budget. The fixtures every tier shares (queues, Spark, the 3-node cluster, the fault
+mode of the engine contract) are in ``tests/support/fixtures.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ log = logging.getLogger(__name__)
 
 TESTS_DIR = Path(__file__).resolve().parent
 DOCKER_IMAGE = "cassandra:5.0"
-DIRECTORY_MARKERS = {"unit": "unit", "integration": "integration"}
+DIRECTORY_MARKERS = {d: d for d in ("unit", "integration", "system", "long")}
+
+pytest_plugins = ["support.fixtures"]
 
 
 @dataclass
@@ -211,9 +216,9 @@ def spark() -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests under tests/unit as unit and tests/integration as integration.
+    """Mark each test with its tier: the directory under tests/ it lives in.
 
-    A test that already carries a unit or integration marker keeps its own.
+    A test that already carries a tier marker keeps its own.
     """
     for item in items:
         if any(item.get_closest_marker(m) for m in DIRECTORY_MARKERS.values()):

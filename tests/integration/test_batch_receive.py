@@ -1,6 +1,6 @@
 """Batch receive and acknowledgement (``get_many``, ``ack_many``, ``change_visibility_many``,
-``cassieq get --max --wait``) against the real Cassandra; also run under
-``CASSIEQ_FAULTS=lost-reply`` (``make test-faults``)."""
+``cassieq get --max --wait``) against the real Cassandra; each test also runs with every
+compare-and-set's reply lost (the ``fault_mode`` fixture)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.engine.core.receipts import PopReceipt
 from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import ConfigError, InvalidReceiptError, QueueBusyError
+
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 BATCH_CLAIM = "IF version = null AND acked = null AND dead = null"
 
@@ -385,6 +387,7 @@ def _consume(options: dict, queue: str, who: int, ready) -> list[tuple]:
     return records
 
 
+@pytest.mark.slow  # 20-30 s: not in make test-fast
 def test_two_consumer_processes_deliver_each_message_once(
     cassieq_options, queue_client, queue_name
 ):
@@ -431,6 +434,7 @@ def test_two_consumer_processes_deliver_each_message_once(
 # -- the command line ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 20-30 s: not in make test-fast
 def test_cli_get_max_wait_prints_json_lines(cassieq_options, queue_client, queue_name):
     q = queue_client
     q.create_queue(queue_name)

@@ -3,39 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 
 from cassieq_spark.cli import EXIT_EMPTY, EXIT_NOT_FOUND, EXIT_STALE
-
-CONSOLE_SCRIPT = Path(sys.executable).parent / "cassieq"
-
-
-@pytest.fixture
-def run(cassieq_options, queue_client):
-    env = {
-        **os.environ,
-        "CASSIEQ_CONTACT_POINTS": cassieq_options["contactPoints"],
-        "CASSIEQ_PORT": cassieq_options["port"],
-        "CASSIEQ_KEYSPACE": cassieq_options["keyspace"],
-    }
-
-    def _run(*args, env_extra=None, module=False, stdin=None):
-        cmd = [sys.executable, "-m", "cassieq_spark"] if module else [str(CONSOLE_SCRIPT)]
-        return subprocess.run(
-            [*cmd, *args],
-            env={**env, **(env_extra or {})},
-            capture_output=True,
-            text=True,
-            input=stdin,
-            timeout=120,
-        )
-
-    return _run
 
 
 def test_round_trip(run, queue_name):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 from pyspark.sql import functions as F
-from test_sink import full_message
+from support.sink import full_message
 
 import cassieq_spark
 from cassieq_spark.spark.dead_letter import HEADER_REASON

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docs_blocks import PAGES, ROOT, Block, blocks
+from support.docs_blocks import PAGES, ROOT, Block, blocks
 
 from cassieq_spark import QueueClient
 
@@ -34,7 +34,7 @@ SAMPLE_PAGES = [
     pytest.param(
         p,
         id=p.relative_to(ROOT).as_posix(),
-        marks=[pytest.mark.spark, pytest.mark.slow] if _needs_spark(p) else [],
+        marks=[pytest.mark.spark] if _needs_spark(p) else [],
     )
     for p in PAGES
     if _python_blocks(p)

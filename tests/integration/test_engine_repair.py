@@ -10,9 +10,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from cassieq_spark.engine.consume.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import write_messages
+
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 # Long enough that the steps between reserving 19 and the first get() (a write, a close)
 # finish inside it on a loaded 2-core runner; 1 s was not always (CI, 2026-11-23).

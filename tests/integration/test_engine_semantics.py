@@ -14,6 +14,8 @@ from cassieq_spark.engine.consume.consumer import (
     HEADER_ORIGIN_QUEUE,
 )
 
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
+
 
 def _get_within(client, queue, seconds, **kw):
     """Poll ``get`` until a message comes or ``seconds`` pass (timers resolve per second)."""

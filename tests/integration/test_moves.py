@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from support.queues import connection_flags
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.store import faults
@@ -18,7 +19,7 @@ from cassieq_spark.engine.upkeep.deadletter import HEADER_ORIGIN_ID, HEADER_ORIG
 from cassieq_spark.engine.upkeep.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_COUNT
 from cassieq_spark.errors import ConfigError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def _drain(client: QueueClient, queue: str) -> list:
@@ -100,6 +101,7 @@ def _mover(options: dict[str, str], src: str, dst: str, out: mp.Queue) -> None:
         out.put(total)
 
 
+@pytest.mark.slow  # 20-30 s: not in make test-fast
 def test_two_movers_at_once_deliver_every_message_once(queue_client, queue_name, cassieq_options):
     src, dst = f"{queue_name}_src", queue_name
     queue_client.create_queue(src)
@@ -131,14 +133,7 @@ def test_move_refuses_its_own_queue_and_bad_limits(queue_client, queue_name):
 
 def test_cli_redrive_prints_counts(queue_client, queue_name, cassieq_options):
     dlq, _ = _dead_letters(queue_client, queue_name, 2)
-    flags = [
-        "--contact-points",
-        cassieq_options["contactPoints"],
-        "--port",
-        cassieq_options["port"],
-        "--keyspace",
-        cassieq_options["keyspace"],
-    ]
+    flags = connection_flags(cassieq_options)
     run = subprocess.run(
         [sys.executable, "-m", "cassieq_spark", *flags, "redrive", dlq, "--to", queue_name],
         capture_output=True,

@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-from test_protocol_source import drivers  # noqa: F401  (fixture)
 
 from cassieq_spark.engine.core import monoton, pointers
 from cassieq_spark.engine.store import faults

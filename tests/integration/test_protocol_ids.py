@@ -20,7 +20,7 @@ from cassieq_spark.engine.store.schema import SENTINEL_LO
 from cassieq_spark.engine.write import producer
 from cassieq_spark.errors import QueueNotFoundError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 KEY_INSERT = r"INSERT INTO \S*reservation_keys"
 
@@ -176,6 +176,7 @@ def test_f10_closed_reservation_never_reopens(queue_client, queue_name, monkeypa
     assert hz.abandoned == () and hz.safe_end == 5 and hz.open_count == 0
 
 
+@pytest.mark.slow  # 20-30 s: not in make test-fast
 def test_f16_reading_the_counter_walks_no_tombstones(queue_client, queue_name):
     """F16: `SELECT next ... LIMIT 1` has no clustering restriction, so Cassandra walks the
     partition from its first row: every closed reservation's tombstone (or expired cells on

@@ -10,13 +10,13 @@ back exactly once (or at least once, where duplicates are the documented price).
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections import Counter
 
 import pyarrow as pa
 import pytest
-from test_sink import (  # tests/integration is on sys.path
+from support.queues import drain
+from support.sink import (
     TIMEOUT,
     drop_last_commit,
     full_message,
@@ -30,6 +30,8 @@ from cassieq_spark.errors import CassieQError, ReplayMismatchError
 from cassieq_spark.spark.options import resolve_queue, sink_options
 from cassieq_spark.spark.sink import InputLayout, SinkPlan, TaskWrite
 from cassieq_spark.spark.sink_input import arrow_slices as _arrow_slices
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 
 @pytest.fixture(autouse=True)
@@ -57,24 +59,6 @@ def _run(plan: SinkPlan, values: list[str], partition: int = 0):
 
 def _values(lo: int, hi: int) -> list[str]:
     return [f"v{i}" for i in range(lo, hi)]
-
-
-def drain(queue_client, queue: str, wait: float = 0.0) -> Counter:
-    """Every message a client gets (and acks) until the queue has nothing visible, by payload.
-
-    ``wait``: keep polling this long after the last message (repair copies, timers)."""
-    seen: Counter = Counter()
-    idle_since = time.monotonic()
-    while True:
-        m = queue_client.get(queue)
-        if m is None:
-            if time.monotonic() - idle_since >= wait:
-                return seen
-            time.sleep(0.1)
-            continue
-        seen[m.text] += 1
-        assert queue_client.ack(queue, m.pop_receipt)
-        idle_since = time.monotonic()
 
 
 # -- F2: writes into a block that repair already finished --------------------------------------
@@ -392,10 +376,9 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     assert drain(queue_client, queue_name) == Counter(_values(0, 250))
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get(faults.ENV)),
-    reason="injects timeouts of its own, which the run-wide lost-reply mode would take first",
-)
+# Only without run-wide lost replies: it injects timeouts of its own, which that mode would
+# take first.
+@pytest.mark.parametrize("fault_mode", ["none"], indirect=True)
 def test_compare_and_sets_that_time_out_before_running_are_sent_again(
     cassieq_options, queue_client, queue_name
 ):

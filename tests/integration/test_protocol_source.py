@@ -13,80 +13,20 @@ import time
 from collections import Counter
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
-from test_source_stream import Collector, start  # tests/integration is on sys.path
+from support.stream import Collector, start
 
 from cassieq_spark.engine.core import monoton, pointers
 from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import CheckpointMismatchError, QueueBusyError, QueueNotFoundError
 from cassieq_spark.spark import register
-from cassieq_spark.spark.source import CassieQStreamReader
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 
 @pytest.fixture(autouse=True)
 def _faults():
     yield
     faults.reset()
-
-
-class Driver:
-    """Spark's driver side of one query run, in this process."""
-
-    def __init__(self, options: dict, **extra):
-        self.reader = CassieQStreamReader({**options, **{k: str(v) for k, v in extra.items()}})
-        self.offset: dict | None = None
-        self.delivered: Counter = Counter()
-
-    def start(self, offset: dict | None = None) -> dict:
-        self.offset = offset if offset is not None else self.reader.initialOffset()
-        return self.offset
-
-    def plan(self, limit=None) -> dict | None:
-        """latestOffset for the next batch (it acks the previous one); None: no new batch."""
-        end = self.reader.latestOffset(self.offset, limit or ReadAllAvailable())
-        return None if end == self.offset else end
-
-    def read(self, start: dict, end: dict) -> list[int]:
-        ids = []
-        for part in self.reader.partitions(start, end):
-            for batch in self.reader.read(part):
-                ids.extend(batch.column("id").to_pylist())
-        self.delivered.update(ids)
-        return ids
-
-    def batch(self, limit=None) -> list[int]:
-        """Plan, read and move on (acked by the next plan or by commit())."""
-        end = self.plan(limit)
-        if end is None:
-            return []
-        ids = self.read(self.offset, end)
-        self.offset = end
-        return ids
-
-    def commit(self) -> None:
-        self.reader.commit(self.offset)
-
-    def drain(self, rounds: int = 10) -> None:
-        for _ in range(rounds):
-            if not self.batch():
-                break
-        self.commit()
-
-
-@pytest.fixture
-def drivers(queue_client, cassieq_options):
-    made: list[Driver] = []
-
-    def make(queue: str, **extra) -> Driver:
-        d = Driver({**cassieq_options, "queue": queue}, **extra)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.reader.stop()
 
 
 def acked_flag(queue_client, queue: str, mid: int):

@@ -8,14 +8,13 @@ import threading
 import time
 
 import pytest
-from test_cli import run  # noqa: F401  (the CLI fixture; tests/integration is on sys.path)
 
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.store import faults
 from cassieq_spark.engine.stream.consumer import StreamConsumer
 from cassieq_spark.errors import QueueBusyError
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def drain(client, queue) -> list[int]:

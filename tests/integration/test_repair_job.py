@@ -14,10 +14,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.queues import connection_flags
+from support.repair import TIMEOUT
+from support.repair import assert_each_once as _assert_each_once
+from support.repair import drain_republished as _drain
+from support.repair import late_writes as _late_writes
+from support.repair import skip_blocks as _skip_blocks
 
 from cassieq_spark.config import connection_from_options
 from cassieq_spark.engine.consume.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
@@ -27,7 +32,6 @@ from cassieq_spark.engine.upkeep import repair
 from cassieq_spark.spark.repair_job import RepairSettings, run_pass
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "repair.py"
-TIMEOUT = 1.0  # the test queues' repair timeout
 BUCKET = 10
 
 
@@ -45,14 +49,7 @@ def config(cassieq_options):
 
 
 def _job_args(cassieq_options) -> list[str]:
-    return [
-        "--contact-points",
-        cassieq_options["contactPoints"],
-        "--port",
-        cassieq_options["port"],
-        "--keyspace",
-        cassieq_options["keyspace"],
-    ]
+    return connection_flags(cassieq_options)
 
 
 def _job_env() -> dict[str, str]:
@@ -84,37 +81,6 @@ def _reports(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def _skip_blocks(client, queue, blocks: int, ids_per_block: int = 1):
-    """Reserve blocks a dead writer never closes, then let a reader pass them: returns them."""
-    conn = client.conn
-    held = [monoton.reserve(conn, queue, ids_per_block) for _ in range(blocks)]
-    marker = client.put(queue.name, b"marker")
-    time.sleep(TIMEOUT + 0.3)
-    msg = client.get(queue.name)
-    assert msg is not None and msg.id == marker, "the reader should pass the abandoned blocks"
-    assert client.ack(queue.name, msg.pop_receipt)
-    assert pointers.read(conn, queue).reader > marker
-    return held
-
-
-def _drain(client, queue_name: str, limit: int = 10_000) -> list:
-    got = []
-    empty_since = None
-    while len(got) < limit:
-        msg = client.get(queue_name)
-        if msg is None:
-            # Republished copies may sit behind a young open block for a moment: poll a little.
-            empty_since = empty_since or time.monotonic()
-            if time.monotonic() - empty_since > 3 * TIMEOUT:
-                break
-            time.sleep(0.2)
-            continue
-        empty_since = None
-        assert client.ack(queue_name, msg.pop_receipt)
-        got.append(msg)
-    return got
-
-
 def _skipped_rows(client, queue) -> list:
     return list(
         client.conn.execute(
@@ -140,6 +106,7 @@ def _consume_all(client, queue_name: str) -> None:
 # -- end to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.fast  # the smoke tests of make test-fast
 def test_late_write_into_passed_range_is_delivered_once_with_origin(
     spark, queue_client, queue, config
 ):
@@ -331,26 +298,6 @@ def test_dry_run_changes_nothing(queue_client, queue, cassieq_options):
 
 
 # -- concurrency and crashes (the real job, as subprocesses) -------------------------------------
-
-
-def _late_writes(client, queue, n: int) -> dict[int, bytes]:
-    """``n`` single-id reservations passed by readers, whose messages land afterwards."""
-    held = _skip_blocks(client, queue, n)
-    payloads = {}
-    for res in held:
-        payloads[res.lo] = f"late-{res.lo}".encode()
-        write_messages(client.conn, queue, res.lo, [payloads[res.lo]])
-    time.sleep(TIMEOUT + 0.2)
-    return payloads
-
-
-def _assert_each_once(client, queue, payloads: dict[int, bytes]) -> None:
-    got = _drain(client, queue.name)
-    origins = Counter(int(m.headers[HEADER_ORIGIN_ID]) for m in got)
-    assert set(origins) == set(payloads), "every late message is delivered"
-    dupes = {k: v for k, v in origins.items() if v > 1}
-    assert not dupes, f"delivered more than once: {dupes}"
-    assert sorted(m.payload for m in got) == sorted(payloads.values())
 
 
 def test_two_jobs_at_once_republish_each_message_once(queue_client, queue, cassieq_options):

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import write_messages
 from cassieq_spark.engine.upkeep.ranges import record_skipped
+
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def _queue(queue_client, name, repair_timeout=0.5):

@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from service_harness import Server, hmac_sig, signed_headers, start_server, utc
+from support.service_harness import Server, hmac_sig, signed_headers, start_server, utc
 
 from cassieq_spark.service import signing
 

@@ -13,7 +13,7 @@ import socket
 import uuid
 
 import pytest
-from service_harness import LOOPBACK, Server, start_server
+from support.service_harness import LOOPBACK, Server, start_server
 
 JSON = {"Content-Type": "application/json"}
 MiB = 1024 * 1024

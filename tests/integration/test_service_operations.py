@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 
-from service_harness import start_server
+from support.service_harness import start_server
 
 
 def test_health_ready_metrics_and_the_access_log(

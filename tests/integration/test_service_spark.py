@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from service_harness import start_server
+from support.service_harness import start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -17,7 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from service_harness import LOOPBACK, free_port, request, start_server
+from support.service_harness import LOOPBACK, free_port, request, start_server
 
 
 def self_signed(tmp_path) -> tuple[str, str]:

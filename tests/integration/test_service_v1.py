@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from service_harness import Server, start_server  # tests/integration is on sys.path
+from support.service_harness import Server, start_server  # tests/integration is on sys.path
 
 DEFINITION_TYPES = {
     "accountName": str,

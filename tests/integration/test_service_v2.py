@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from service_harness import start_server
+from support.service_harness import start_server
 
 JSON = {"Content-Type": "application/json"}
 

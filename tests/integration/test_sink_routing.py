@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from test_protocol_sink import drain  # tests/integration is on sys.path
-from test_sink import (
+from support.queues import drain
+from support.sink import (
     TIMEOUT,
     drop_last_commit,
     expected_df,

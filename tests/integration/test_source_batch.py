@@ -12,6 +12,7 @@ from cassieq_spark.spark.schema import SOURCE_SCHEMA
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
+@pytest.mark.fast  # the smoke tests of make test-fast
 def test_batch_read_is_a_snapshot_of_unacked_messages(
     spark, queue_client, queue_name, cassieq_options
 ):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.upkeep import lost

@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.stream.consumer import StreamConsumer

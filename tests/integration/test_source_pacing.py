@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.spark.source import NO_ROW_CAP, CassieQStreamReader
 

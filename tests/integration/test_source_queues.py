@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from chispa import assert_df_equality
-from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.errors import QueueBusyError
 from cassieq_spark.spark import lag_listener

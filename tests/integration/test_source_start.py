@@ -10,7 +10,7 @@ import time
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from test_source_stream import Collector, start, wait_for  # tests/integration is on sys.path
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.stream.consumer import StreamConsumer

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
-from test_source_stream import start  # tests/integration is on sys.path
+from support.stream import start
 
 from cassieq_spark.engine.upkeep.deadletter import (
     HEADER_DELIVERY_COUNT,

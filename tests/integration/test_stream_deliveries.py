@@ -13,7 +13,7 @@ from cassieq_spark.engine.stream import deliveries as stream_deliveries
 from cassieq_spark.engine.stream import read as stream_read
 from cassieq_spark.engine.upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 @pytest.fixture(autouse=True)

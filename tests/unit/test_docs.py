@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docs_blocks import PAGES, ROOT, Block, all_blocks, blocks, program_args, shell_commands
+from support.docs_blocks import PAGES, ROOT, Block, all_blocks, blocks, program_args, shell_commands
 
 from cassieq_spark.cli import build_parser as cassieq_parser
 from cassieq_spark.spark import options as spark_options

@@ -17,7 +17,7 @@ from cassandra import ConsistencyLevel, Unavailable
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import RoundRobinPolicy, WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
-from cluster_faults import (  # tests/integration is on sys.path
+from support.cluster_faults import (
     CLUSTER_NODES,
     Faults,
     eventually,
@@ -25,7 +25,7 @@ from cluster_faults import (  # tests/integration is on sys.path
 
 from cassieq_spark.local_cassandra import LocalCassandra
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster]
 
 NODES = CLUSTER_NODES
 

@@ -103,7 +103,6 @@ def squatter() -> Iterator[int]:
         server.server_close()
 
 
-@pytest.mark.slow
 def test_a_non_cassandra_listener_moves_the_embedded_node_to_a_free_port(
     squatter: int, tmp_path: Path
 ) -> None:
@@ -143,7 +142,6 @@ def test_a_non_cassandra_listener_moves_the_embedded_node_to_a_free_port(
     assert stopped == 1
 
 
-@pytest.mark.slow
 @pytest.mark.spark
 def test_demo_uses_the_running_cassandra_and_leaves_it_running(
     cassandra: CassandraEndpoint, tmp_path: Path

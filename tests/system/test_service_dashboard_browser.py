@@ -28,7 +28,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from service_harness import start_server
+from support.service_harness import start_server
 
 pytestmark = pytest.mark.system
 

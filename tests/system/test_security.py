@@ -20,7 +20,7 @@ from cassieq_spark import ConnectionFailedError, QueueClient
 from cassieq_spark.errors import ConfigError, PermissionDeniedError
 from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
 
-pytestmark = [pytest.mark.integration, pytest.mark.security]
+pytestmark = pytest.mark.security
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT, STORAGE_PORT = 39042, 37000

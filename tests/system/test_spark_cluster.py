@@ -21,11 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_repair_job import TIMEOUT, _assert_each_once, _late_writes
+from support.queues import connection_flags
+from support.repair import TIMEOUT, assert_each_once, late_writes
 
 from cassieq_spark.local_spark import LocalSpark, spark_home
 
-pytestmark = [pytest.mark.sparkcluster, pytest.mark.slow]
+pytestmark = pytest.mark.sparkcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT = str(ROOT / "cassieq_spark")  # where an import from this checkout would come from
@@ -188,18 +189,13 @@ def test_repair_job_on_the_cluster(
     name = f"t_{uuid.uuid4().hex[:12]}"
     queue_client.create_queue(name, bucket_size=10, repair_timeout=TIMEOUT)
     queue = queue_client.get_queue(name)
-    payloads = _late_writes(queue_client, queue, 6)
+    payloads = late_writes(queue_client, queue, 6)
     done = submit(
         spark_cluster,
         clean_python,
         shipped_zip,
         ROOT / "jobs" / "repair.py",
-        "--contact-points",
-        cassieq_options["contactPoints"],
-        "--port",
-        cassieq_options["port"],
-        "--keyspace",
-        cassieq_options["keyspace"],
+        *connection_flags(cassieq_options),
         "--queue",
         name,
         cwd=tmp_path,
@@ -207,7 +203,7 @@ def test_repair_job_on_the_cluster(
     assert done.returncode == 0, done.stderr[-4000:]
     [summary] = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     assert summary["republished"] == len(payloads), summary
-    _assert_each_once(queue_client, queue, payloads)
+    assert_each_once(queue_client, queue, payloads)
     queue_client.delete_queue(name)
 
 

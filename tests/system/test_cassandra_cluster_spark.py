@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_faults import (  # tests/integration is on sys.path
+from support.cluster_faults import (
     Faults,
     check_client_traffic,
     consume,
@@ -40,7 +40,7 @@ from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.spark import register
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
 class TimedCollector:

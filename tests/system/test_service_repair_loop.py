@@ -25,7 +25,7 @@ import time
 import uuid
 
 import pytest
-from service_harness import Server, start_server
+from support.service_harness import Server, start_server
 
 from cassieq_spark import QueueClient
 

@@ -32,8 +32,6 @@ from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
 from cassieq_spark.local_cassandra import STATE_DIR
 from cassieq_spark.validate import MAX_BATCH
 
-pytestmark = pytest.mark.slow
-
 PORT = 39042  # beside the shared node (9042) and the cluster tests (19042, 29042)
 STORAGE_PORT = 37000
 BASE_DIR = STATE_DIR / "default-node-limits"

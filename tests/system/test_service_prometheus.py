@@ -18,7 +18,7 @@ import urllib.request
 import uuid
 
 import pytest
-from service_harness import LOOPBACK, free_port, start_server
+from support.service_harness import LOOPBACK, free_port, start_server
 
 pytestmark = pytest.mark.system
 

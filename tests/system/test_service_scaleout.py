@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from service_harness import LOOPBACK, Server, free_port, start_server
+from support.service_harness import LOOPBACK, Server, free_port, start_server
 
 pytestmark = pytest.mark.system
 
