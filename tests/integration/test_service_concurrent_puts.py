@@ -9,7 +9,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from service_harness import start_server
+from support.service_harness import start_server
 
 JSON = {"Content-Type": "application/json"}
 THREADS = 16
