@@ -70,6 +70,7 @@ FAULT_TESTS := tests/integration/test_reservations.py tests/integration/test_eng
 	tests/integration/test_sink.py tests/integration/test_source_stream.py \
 	tests/integration/test_source_batch.py tests/integration/test_moves.py tests/integration/test_purge.py \
 	tests/integration/test_batch_receive.py tests/integration/test_stream_deliveries.py \
+	tests/integration/test_client_claim_during_stream_takeover.py \
 	$(wildcard tests/integration/test_protocol_*.py)
 test-faults: setup
 	CASSIEQ_FAULTS=lost-reply CASSIEQ_TEST_CONCURRENCY_MESSAGES=2000 \
