@@ -205,38 +205,29 @@ class Consumer:
         for f in [self.conn.execute_async(s) for s in stmts]:
             f.result()
         token = uuid.uuid4().hex[:16]
+        keys = [(queue.queue_id, bucket, r.id) for r in rows]
         params = [
-            (
-                remaining_ttl(r, queue, now),
-                version + 1,
-                r.deliveries,
-                from_epoch(now),
-                token,
-                queue.queue_id,
-                bucket,
-                r.id,
-                version,
-            )
-            for r in rows
+            (remaining_ttl(r, queue, now), version + 1, r.deliveries, from_epoch(now), token)
+            + key
+            + (version,)
+            for r, key in zip(rows, keys, strict=True)
         ]
 
         def given_back(cur) -> bool:
             return cur is not None and cur.version == version + 1 and cur.claimed_by == token
 
         read = ROW.format(cols="version, claimed_by")
-        if len(params) > 1:
+        if len(rows) > 1:
             batch = BatchStatement(batch_type=BatchType.LOGGED)
             stmt = self.conn.prepare(GIVE_BACK)
             for p in params:
                 batch.add(stmt, p)
             batch.query_string = _GIVE_BACK_TEXT
-            res = self.conn.cas(
-                batch, (), read=read, read_params=params[0][5:8], applied=given_back
-            )
+            res = self.conn.cas(batch, (), read=read, read_params=keys[0], applied=given_back)
             if res.was_applied:
                 return
-        for p in params:
-            self.conn.cas(GIVE_BACK, p, read=read, read_params=p[5:8], applied=given_back)
+        for p, key in zip(params, keys, strict=True):
+            self.conn.cas(GIVE_BACK, p, read=read, read_params=key, applied=given_back)
 
     def _schedule(self, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
         """Write the timer; the slot's "not empty" marker only once per slot and client (the
