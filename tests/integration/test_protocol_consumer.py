@@ -17,10 +17,10 @@ from cassandra import WriteTimeout
 from cassandra.policies import WriteType
 from support.storage import check_storage_stays_bounded
 
-from cassieq_spark import ConfigError, QueueBusyError, QueueClient, QueueNotFoundError
+from cassieq_spark import ConfigError, QueueClient, QueueNotFoundError
 from cassieq_spark.config import connection_from_options
 from cassieq_spark.engine.consume.consumer import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from cassieq_spark.engine.core import clock, monoton, pointers
+from cassieq_spark.engine.core import clock, monoton
 from cassieq_spark.engine.core.buckets import bucket_of
 from cassieq_spark.engine.core.messages import write_messages
 from cassieq_spark.engine.store import faults
@@ -476,42 +476,6 @@ def test_f15_two_finishers_count_the_dead_letter_once(queue_client, queue_name, 
     assert raced
     assert [m.payload for m in _drain(q, dlq, 2)] == [b"poison"]
     assert q.stats(queue_name)["dead_lettered"] == 1
-
-
-# -- F14: the lease check and the claim -----------------------------------------------------------
-
-
-def test_f14_stream_taking_the_lease_before_the_claim_gets_the_message_alone(
-    queue_client, queue_name, monkeypatch
-):
-    """Old code (verified): get() checked the lease, a stream took it, get() claimed and
-    returned the message the stream had planned as fresh: delivered twice. Now the claim is
-    given back as it was and get() raises QueueBusyError."""
-    q = queue_client
-    q.create_queue(queue_name)
-    info = q.get_queue(queue_name)
-    mid = q.put(queue_name, b"x")
-    execute = q.conn.execute
-    taken = []
-
-    def lease_taken_before_the_claim(statement, *a, **kw):
-        cql = statement if isinstance(statement, str) else ""
-        if "SET version = ?, deliveries = ?" in cql and not taken:
-            now = clock.now()
-            until = pointers.lease_time(now + 30)
-            taken.append(pointers.acquire_lease(q.conn, info, "stream:other", until, now))
-        return execute(statement, *a, **kw)
-
-    monkeypatch.setattr(q.conn, "execute", lease_taken_before_the_claim)
-    with pytest.raises(QueueBusyError):
-        q.get(queue_name)
-    assert taken and taken[0].lease_owner == "stream:other"
-    row = _row(q, info, mid)
-    assert row.version is None and row.deliveries is None  # fresh, as the stream planned it
-    monkeypatch.undo()
-    pointers.release_lease(q.conn, info, "stream:other", pointers.lease_time(taken[0].lease_until))
-    msg = q.get(queue_name)
-    assert msg.id == mid and msg.delivery_count == 1
 
 
 # -- claims settled after a lost reply -------------------------------------------------------------

@@ -41,7 +41,6 @@ from ..stream.lease import stream_busy
 from .consumer import (
     CONTENDED_SECONDS,
     HORIZON_WINDOW,
-    RESTORE,
     SCAN_FIRST_CHUNK,
     Consumer,
     ReaderCache,
@@ -283,7 +282,7 @@ def _claim_batch(
         return None
     for chunk in chunks[1:]:
         found.update((b.id, b) for b in conn.execute(_BODIES, (queue.queue_id, bucket, chunk)))
-    _fence(c, queue, rows, bucket, now)
+    _fence(c, queue, rows)
     out = []
     for r in rows:
         c.timers.delivered(queue, r.id, 1, due)
@@ -315,26 +314,15 @@ def _schedule(c: Consumer, queue: QueueInfo, due: float, ids: list[int], now: fl
         f.result()
 
 
-def _fence(c: Consumer, queue: QueueInfo, rows: list, bucket: int, now: float) -> None:
+def _fence(c: Consumer, queue: QueueInfo, rows: list) -> None:
     """As ``Consumer._fence`` for a batch: a streaming query that took the lease between the
-    lease check and the claim gets every message back as it was, and the call refuses."""
-    busy = stream_busy(queue, pointers.read(c.conn, queue), clock.now())
+    lease check and the claim gets every message back (``Consumer.give_back``: one conditional
+    batch, as the claim), and the call refuses."""
+    now = clock.now()
+    busy = stream_busy(queue, pointers.read(c.conn, queue), now)
     if busy is None:
         return
-    for r in rows:
-        key = (queue.queue_id, bucket, r.id)
-        before = r.version
-
-        def restored(cur, before=before) -> bool:
-            return cur is not None and cur.version == before
-
-        c.conn.cas(
-            RESTORE,
-            (remaining_ttl(r, queue, now), r.version, r.deliveries, r.invisible_until, *key, 1),
-            read=ROW.format(cols="version"),
-            read_params=key,
-            applied=restored,
-        )
+    c.give_back(queue, rows, 1, now)
     log.warning(
         "queue %s: a streaming query took the lease during this get_many; %d messages given back",
         queue.name,

@@ -25,7 +25,7 @@ import random
 import uuid
 from dataclasses import dataclass
 
-from cassandra.query import UNSET_VALUE
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType
 
 from ...errors import StaleReceiptError
 from ..core import clock, monoton, pointers, timers
@@ -67,10 +67,14 @@ _CLAIM = (
     "SET version = ?, deliveries = ?, invisible_until = ?, claimed_by = ? "
     "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
 )
-RESTORE = (
-    "UPDATE {ks}.messages USING TTL ? SET version = ?, deliveries = ?, invisible_until = ? "
+# The fence's give-back (see ``Consumer.give_back``): as a change of visibility to "now" of
+# the claim just made, with the delivery count put back.
+GIVE_BACK = (
+    "UPDATE {ks}.messages USING TTL ? "
+    "SET version = ?, deliveries = ?, invisible_until = ?, claimed_by = ? "
     "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ?"
 )
+_GIVE_BACK_TEXT = f"BEGIN BATCH {GIVE_BACK}; ... APPLY BATCH"
 
 
 @dataclass
@@ -141,7 +145,7 @@ class Consumer:
         body = body_future.result().one()
         if not res.was_applied:
             return None
-        self._fence(queue, row, key, version, now)
+        self._fence(queue, row, version)
         self.timers.delivered(queue, row.id, version, due)
         if body is None or body.enqueued_at is None:
             return None  # its TTL ran out meanwhile: the claim's cells expire with it
@@ -154,36 +158,76 @@ class Consumer:
             enqueued_at=body.enqueued_at,
         )
 
-    def _fence(self, queue: QueueInfo, row, key: tuple, version: int, now: float) -> None:
+    def _fence(self, queue: QueueInfo, row, version: int) -> None:
         """The lease check in :meth:`get` and the claim are two steps (finding F14): a
-        streaming query that took the lease in between may have planned this message as
-        fresh. Look again after the claim; if a stream holds the lease, give the delivery back
-        exactly as it was (the stream's plan and acks then hold) and refuse.
+        streaming query that took the lease in between may have planned this message. Look
+        again after the claim; if a stream holds the lease, give the message back to it
+        (:meth:`give_back`) and refuse, so that it is never in flight with the client and
+        the stream at once.
 
-        A stream that takes the lease after this read sees the message claimed."""
-        busy = stream_busy(queue, pointers.read(self.conn, queue), clock.now())
+        A stream that takes the lease after this read sees the message claimed: a delivery
+        due after the visibility timeout, which its timer path delivers then."""
+        now = clock.now()
+        busy = stream_busy(queue, pointers.read(self.conn, queue), now)
         if busy is None:
             return
-        self.conn.cas(
-            RESTORE,
-            (
-                remaining_ttl(row, queue, now),
-                row.version,
-                row.deliveries,
-                row.invisible_until,
-                *key,
-                version,
-            ),
-            read=ROW.format(cols="version"),
-            read_params=key,
-            applied=lambda cur: cur is not None and cur.version == row.version,
-        )
+        self.give_back(queue, [row], version, now)
         log.warning(
             "queue %s: a streaming query took the lease during this get; message %d given back",
             queue.name,
             row.id,
         )
         raise busy
+
+    def give_back(self, queue: QueueInfo, rows: list, version: int, now: float) -> None:
+        """Hand ``rows`` (scanned rows of one bucket, each just claimed at ``version`` by this
+        client, whose receipts nobody has seen) to the stream that took the lease: each
+        becomes a redelivery due ``now``, with a timer in ``slot(now)`` and its delivery count
+        as before the claim (nobody got the message).
+
+        Never back to its state before the claim: the stream may have read the row while it
+        was claimed (not due, so not delivered), and its ack then counts a fresh row below
+        its reader pointer as consumed, or, for a redelivery, finds its old due time before
+        its timer window: the message would be acked unread or stranded. A due redelivery
+        written now is found by the stream's timer path in a later batch, and no ack passes
+        it unread: the ack takes only rows whose state was written before the batch's time.
+        If the stream read the row before the claim, it delivers it again (at least once).
+
+        The timers go first (a crash right after the change still brings the messages back).
+        The rows of one bucket are changed by one conditional batch (one Paxos round); if it
+        does not apply (a row changed meanwhile, e.g. its TTL ran out), one compare-and-set
+        each. A row that cannot be given back stays claimed and comes back when its
+        visibility timeout ends."""
+        if not rows:
+            return
+        bucket = bucket_of(rows[0].id, queue.bucket_size)
+        stmts = timers.many_statements(self.conn, queue, [(now, r.id) for r in rows], now)
+        for f in [self.conn.execute_async(s) for s in stmts]:
+            f.result()
+        token = uuid.uuid4().hex[:16]
+        keys = [(queue.queue_id, bucket, r.id) for r in rows]
+        params = [
+            (remaining_ttl(r, queue, now), version + 1, r.deliveries, from_epoch(now), token)
+            + key
+            + (version,)
+            for r, key in zip(rows, keys, strict=True)
+        ]
+
+        def given_back(cur) -> bool:
+            return cur is not None and cur.version == version + 1 and cur.claimed_by == token
+
+        read = ROW.format(cols="version, claimed_by")
+        if len(rows) > 1:
+            batch = BatchStatement(batch_type=BatchType.LOGGED)
+            stmt = self.conn.prepare(GIVE_BACK)
+            for p in params:
+                batch.add(stmt, p)
+            batch.query_string = _GIVE_BACK_TEXT
+            res = self.conn.cas(batch, (), read=read, read_params=keys[0], applied=given_back)
+            if res.was_applied:
+                return
+        for p, key in zip(params, keys, strict=True):
+            self.conn.cas(GIVE_BACK, p, read=read, read_params=key, applied=given_back)
 
     def _schedule(self, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
         """Write the timer; the slot's "not empty" marker only once per slot and client (the
@@ -336,7 +380,7 @@ class Consumer:
         payload: bytes | None = None,
     ) -> str:
         """The receipt's message hidden for ``timeout`` more seconds (0: visible at once); a new
-        receipt. ``deliveries`` also sets its delivery count (see :meth:`give_back`); with
+        receipt. ``deliveries`` also sets its delivery count (see :meth:`return_unused`); with
         ``payload``, its body is replaced in the same compare-and-set (the HTTP API's update),
         so the new body and the new receipt come together or not at all."""
         r = PopReceipt.decode(receipt)
@@ -381,7 +425,7 @@ class Consumer:
             raise stale
         return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
 
-    def give_back(self, queue: QueueInfo, message: Message) -> bool:
+    def return_unused(self, queue: QueueInfo, message: Message) -> bool:
         """A delivery this client took but did not use (a move the destination refused): the
         message is visible again at once and the delivery is not counted, so giving back never
         brings a message nearer to its dead-letter queue or its drop. False when the receipt

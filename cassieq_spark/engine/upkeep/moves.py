@@ -89,7 +89,7 @@ def move_messages(
         if len(message.payload) > destination.max_payload_bytes:
             # Given back as it was: a refused move never counts as a delivery, so retrying it
             # never dead-letters or drops the message.
-            back = consumer.give_back(source, message)
+            back = consumer.return_unused(source, message)
             where = (
                 "it stays in the source, visible again, its delivery not counted"
                 if back
