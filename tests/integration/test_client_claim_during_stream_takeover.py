@@ -27,7 +27,7 @@ from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import QueueBusyError
 from cassieq_spark.spark.source import CassieQStreamReader
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 VT = 30.0  # the client's visibility timeout: a claim stays in flight for the whole test
 SETTLE_SECONDS = 2.0  # how long batches keep running after the race, to see any redelivery

@@ -28,7 +28,7 @@ from cassieq_spark.spark.options import resolve_queue, sink_options
 from cassieq_spark.spark.sink import InputLayout, SinkPlan, TaskWrite
 from cassieq_spark.spark.sink_input import arrow_slices
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
 BLOCK = 64  # ids per block (idBlockSize) and per bucket: finishing a block forgets it
 
