@@ -79,7 +79,7 @@ def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.D
 def _counted(
     conn: Connection, queue: QueueInfo, p: CassieQPartition, rows: Iterator[stream_read.Delivery]
 ) -> Iterator[stream_read.Delivery]:
-    """A stream batch's rows, counted as a delivery of this run (``stream_deliveries.py``)."""
+    """A stream batch's rows, counted as a delivery of this run (``engine/stream/deliveries.py``)."""
     if not p.run:  # countDeliveries=false
         return rows
     part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)

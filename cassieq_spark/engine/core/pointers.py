@@ -5,7 +5,7 @@
 * ``repair``: every bucket below it is repaired and reclaimed.
 * ``timer_slot``: the invisibility pointer, a time slot; timers below it are all resolved.
 * ``lease_owner``/``lease_until``: which streaming query consumes the queue, until when; the
-  pair is also the run's fencing token (``lease.py``): the stream's pointer moves are
+  pair is also the run's fencing token (``stream/lease.py``): the stream's pointer moves are
   conditioned on it.
 
 Every move is a compare-and-set that only goes forward, so two movers can never move a pointer

@@ -6,13 +6,13 @@ them; only rows that were delayed or delivered to a client come back to the driv
 follows those, not the batch size (finding F17). Each of those, and each timer-path delivery,
 gets ``acked = true``.
 
-A row counts as delivered when it passes the reading rule (``stream_read.py``) *and* its
+A row counts as delivered when it passes the reading rule (``read.py``) *and* its
 delivery state (``invisible_until``, written only by compare-and-sets, hence stamped with
 Cassandra's clock) was written before the batch's time, which comes from Cassandra's clock too:
 then the reader saw that very state. A row a client changed since is not acked; it comes again
 (at least once), never lost.
 
-**A stream that started above the reader pointer** (``stream_start.py``: ``latest``, an id,
+**A stream that started above the reader pointer** (``start.py``: ``latest``, an id,
 a time) must not move the pointer over the messages below its start, which it never
 delivered. While the pointer lies below a batch's id path ``[from, end)``, the ack marks each
 message that path delivered ``acked = true`` instead (a plain write each, no Paxos) and leaves

@@ -1,14 +1,14 @@
 """Consuming a queue batch by batch for a stream processor (the Spark source's driver side).
 
-A batch is planned on one process, read on others (``stream_read.py``), and acked after the
-processor committed it (``stream_ack.py``). A batch ``(start, end]`` between two
+A batch is planned on one process, read on others (``read.py``), and acked after the
+processor committed it (``ack.py``). A batch ``(start, end]`` between two
 :class:`Position` s delivers
 
 * the *id path*: ids in ``[end.from_id, end.id)`` that are due at the batch's time ``end.ts``
   (plain messages always are; ``from_id`` is fixed when the batch is planned, at or above
   ``start.id``, so a replay reads the same ids whatever start Spark passes it), and
 * the *timer path*: delayed or once client-delivered messages below that which are due at
-  ``end.ts`` and not acked, found through their timers (``stream_timers.py``).
+  ``end.ts`` and not acked, found through their timers (``timer_path.py``).
 
 **Planning** never moves past an id that may still be in flight: the end is the horizon of
 ``monoton`` (lowest open, young reservation). Reservations older than the queue's repair
@@ -178,7 +178,7 @@ class StreamConsumer:
 
     def initial(self, start: StartingPosition | None = None) -> Position:
         """Where a new stream starts: the id path at the reader pointer (or at ``start``, see
-        ``stream_start.py``), the timer path at the invisibility pointer (acking this
+        ``start.py``), the timer path at the invisibility pointer (acking this
         position, which delivered nothing, scans no slot)."""
         self.lease.ensure()
         p = self.pointers()
@@ -339,7 +339,7 @@ class StreamConsumer:
     # -- acking ------------------------------------------------------------------------------
 
     def ack_through(self, end: Position) -> None:
-        """Ack what the committed batch ending at ``end`` delivered (see ``stream_ack.py``).
+        """Ack what the committed batch ending at ``end`` delivered (see ``ack.py``).
         Idempotent; fenced by the lease: QueueBusyError once another run took it over."""
         if self._acked is not None and self._acked.covers(end):
             return

@@ -1,9 +1,9 @@
-"""What a stream batch delivers, and reading it (the executors' side of ``stream.py``).
+"""What a stream batch delivers, and reading it (the executors' side of ``consumer.py``).
 
 A batch ``(start, end]`` is read by processes that never saw it planned, so everything here is
 a pure function of what the planner handed them: an id range or a list of timer candidates, the
 batch's time ``end_ts`` (epoch ms, Cassandra's clock) and the ranges repair owns. The same
-rules decide what the driver acks (``stream_ack.py``), so a row is acked only if a reader
+rules decide what the driver acks (``ack.py``), so a row is acked only if a reader
 would have delivered it.
 
 * The *id path* delivers ids in ``[lo, hi)`` that are not acked or dead, not in a range handed

@@ -6,7 +6,7 @@ start is an id ``N`` at or above the reader pointer; the stream's id path then b
 and the messages in ``[reader, N)`` are *not its own*: it neither delivers them through its id
 path nor acks them. Since the stream acks by moving the shared reader pointer, it must not
 move it across them: while the reader pointer lies below the id path of a batch, that batch is
-acked message by message (``acked = true``, plain writes, see ``stream_ack.py``) and the
+acked message by message (``acked = true``, plain writes, see ``ack.py``) and the
 pointer stays where it was, so clients (once the stream's lease is gone) or a later
 ``earliest`` stream still get those messages. Once clients have consumed them (the pointer
 moves past acked rows by itself), the stream acks by pointer moves again.

@@ -64,7 +64,7 @@ def take(
     """Take ``row`` (read with ``id, version, deliveries, enqueued_at``) out of the queue and
     move it on. False when someone acked or claimed it since it was read: it stays.
     ``deliveries``: the count to record (and give the copy), when the row's own is not it (a
-    streaming query counts its deliveries outside the row: ``stream_deliveries.py``)."""
+    streaming query counts its deliveries outside the row: ``stream/deliveries.py``)."""
     count = row.deliveries if deliveries is None else deliveries
     moved = MOVED_DLQ if queue.dead_letter_queue else MOVED_DROPPED
     faults.point("deadletter.before_mark", queue=queue, row=row)

@@ -1,6 +1,6 @@
 """Purging a queue: drop every message written so far while producers keep writing.
 
-The purge line is the *horizon* when the purge starts (``monoton.py``): every id below it
+The purge line is the *horizon* when the purge starts (``core/monoton.py``): every id below it
 belongs to a block that was completely written (or handed to repair), every block still being
 written lies at or above it. So
 
