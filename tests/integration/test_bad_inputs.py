@@ -447,13 +447,13 @@ class _RecordingPipeline(Pipeline):
         super().__init__(conn)
         self.batch_header_bytes: list[int] = []
 
-    def submit(self, statement, params=None) -> None:
+    def submit(self, statement, params=None, nbytes: int = 0) -> None:
         if isinstance(statement, BatchStatement):
             # each entry: (is_prepared, statement or id, values); headers are value 4
             self.batch_header_bytes.append(
                 sum(len(v[4]) for _, _, v in statement._statements_and_parameters if v[4])
             )
-        super().submit(statement, params)
+        super().submit(statement, params, nbytes=nbytes)
 
 
 def test_batches_are_sized_by_payload_plus_headers(queue_client, world):

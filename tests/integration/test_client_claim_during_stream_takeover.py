@@ -21,11 +21,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from support.driver import Driver
 
 from cassieq_spark.engine.store import faults
 from cassieq_spark.errors import QueueBusyError
-from cassieq_spark.spark.source import CassieQStreamReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
@@ -39,59 +38,14 @@ def _faults():
     faults.reset()
 
 
-class Driver:
-    """Spark's driver side of one query run, in this process (as in test_protocol_source.py)."""
-
-    def __init__(self, options: dict, **extra):
-        self.reader = CassieQStreamReader({**options, **{k: str(v) for k, v in extra.items()}})
-        self.offset: dict | None = None
-        self.delivered: Counter = Counter()
-
-    def start(self) -> dict:
-        self.offset = self.reader.initialOffset()
-        return self.offset
-
-    def plan(self) -> dict | None:
-        """latestOffset for the next batch (it acks the previous one); None: no new batch."""
-        end = self.reader.latestOffset(self.offset, ReadAllAvailable())
-        return None if end == self.offset else end
-
-    def read(self, start: dict, end: dict) -> list[int]:
-        ids = []
-        for part in self.reader.partitions(start, end):
-            for batch in self.reader.read(part):
-                ids.extend(batch.column("id").to_pylist())
-        self.delivered.update(ids)
-        return ids
-
-    def commit(self) -> None:
-        self.reader.commit(self.offset)
-
-    def run_for(self, seconds: float) -> None:
-        """Plan, read and commit batches for ``seconds`` (the timer path's redeliveries are due
-        a moment after the race, by the client's clock)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            end = self.plan()
-            if end is not None:
-                self.read(self.offset, end)
-                self.offset = end
-            self.commit()
-            time.sleep(0.2)
-
-
-@pytest.fixture
-def drivers(cassieq_options):
-    made: list[Driver] = []
-
-    def make(queue: str, **extra) -> Driver:
-        d = Driver({**cassieq_options, "queue": queue}, **extra)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.reader.stop()
+def run_for(driver: Driver, seconds: float) -> None:
+    """Plan, read and commit batches for ``seconds`` (the timer path's redeliveries are due a
+    moment after the race, by the client's clock)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        driver.batch()
+        driver.commit()
+        time.sleep(0.2)
 
 
 def _text(statement) -> str:
@@ -165,7 +119,7 @@ class StreamTakesOver:
             d.read(d.offset, self.end)
         d.offset = self.end
         d.commit()
-        d.run_for(SETTLE_SECONDS)
+        run_for(d, SETTLE_SECONDS)
         d.reader.stop()
 
 

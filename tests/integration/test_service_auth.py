@@ -5,12 +5,17 @@ admin API behind its key, and keys sealed at rest."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 import uuid
 
 import pytest
-from support.service_harness import Server, hmac_sig, signed_headers, start_server, utc
+from support.service_harness import (
+    Server,
+    hmac_sig,
+    signed_headers,
+    start_test_server,
+    utc,
+)
 
 from cassieq_spark.service import signing
 
@@ -19,13 +24,10 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_server(
+    s = start_test_server(
         tmp_path_factory.mktemp("service-auth"),
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     yield s
     s.stop()

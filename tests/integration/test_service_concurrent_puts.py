@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from support.service_harness import start_server
+from support.service_harness import start_test_server
 
 JSON = {"Content-Type": "application/json"}
 THREADS = 16
@@ -25,13 +24,10 @@ def _metric(text: str, name: str) -> float:
 def test_concurrent_puts_are_each_stored_once_in_fewer_writes(
     cassandra, queue_client, cassieq_options, tmp_path
 ):
-    server = start_server(
+    server = start_test_server(
         tmp_path,
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     try:
         account = f"acct-{uuid.uuid4().hex[:10]}"

@@ -8,12 +8,11 @@ import base64
 import http.client
 import json
 import os
-import secrets
 import socket
 import uuid
 
 import pytest
-from support.service_harness import LOOPBACK, Server, start_server
+from support.service_harness import LOOPBACK, Server, start_test_server
 
 JSON = {"Content-Type": "application/json"}
 MiB = 1024 * 1024
@@ -21,13 +20,10 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_server(
+    s = start_test_server(
         tmp_path_factory.mktemp("service-sweep"),
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     yield s
     s.stop()

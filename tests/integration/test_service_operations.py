@@ -10,19 +10,16 @@ import threading
 import time
 import uuid
 
-from support.service_harness import start_server
+from support.service_harness import start_server, start_test_server
 
 
 def test_health_ready_metrics_and_the_access_log(
     cassandra, queue_client, cassieq_options, tmp_path
 ):
-    server = start_server(
+    server = start_test_server(
         tmp_path,
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     try:
         assert server.call("GET", "/health").json()["status"] == "ok"
@@ -78,13 +75,10 @@ def test_the_original_environment_variable_names_configure_cassandra(
 def test_sigterm_drains_a_long_poll_in_flight_then_exits_cleanly(
     cassandra, queue_client, cassieq_options, tmp_path
 ):
-    server = start_server(
+    server = start_test_server(
         tmp_path,
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     name = f"acct-{uuid.uuid4().hex[:10]}"
     key = server.admin("POST", "/accounts", name).json()["keys"]["primary"]

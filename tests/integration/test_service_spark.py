@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 import uuid
 
 import pytest
-from support.service_harness import start_server
+from support.service_harness import start_test_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -30,13 +29,10 @@ class Collector:
 def test_http_produced_messages_are_consumed_by_the_spark_source(
     sspark, cassandra, queue_client, cassieq_options, tmp_path
 ):
-    server = start_server(
+    server = start_test_server(
         tmp_path / "service",
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     try:
         name = f"acct-{uuid.uuid4().hex[:10]}"

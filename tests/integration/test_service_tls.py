@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
-import secrets
 import ssl
 import uuid
 
@@ -17,7 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from support.service_harness import LOOPBACK, free_port, request, start_server
+from support.service_harness import LOOPBACK, free_port, request, start_test_server
 
 
 def self_signed(tmp_path) -> tuple[str, str]:
@@ -56,13 +55,10 @@ def test_https_with_a_verified_self_signed_certificate(
 ):
     cert, key_file = self_signed(tmp_path)
     trusting = ssl.create_default_context(cafile=cert)  # verifies chain and host name
-    server = start_server(
+    server = start_test_server(
         tmp_path / "server",
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
         "--tls-cert-file",
         cert,
         "--tls-key-file",

@@ -5,12 +5,11 @@ replayed (status and body shape), and the original's bugs fixed as docs/service.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 import uuid
 
 import pytest
-from support.service_harness import Server, start_server  # tests/integration is on sys.path
+from support.service_harness import Server, start_test_server
 
 DEFINITION_TYPES = {
     "accountName": str,
@@ -31,13 +30,10 @@ DEFINITION_TYPES = {
 
 @pytest.fixture(scope="module")
 def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_server(
+    s = start_test_server(
         tmp_path_factory.mktemp("service"),
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     yield s
     s.stop()

@@ -4,26 +4,22 @@ visibility with a result per entry, stats, redrive, purge, and the OpenAPI docum
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 import uuid
 
 import pytest
-from support.service_harness import start_server
+from support.service_harness import start_test_server
 
 JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
 def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_server(
+    s = start_test_server(
         tmp_path_factory.mktemp("service-v2"),
-        cassandra.contact_points,
-        cassandra.port,
-        cassieq_options["keyspace"],
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
+        cassandra,
+        cassieq_options,
     )
     yield s
     s.stop()

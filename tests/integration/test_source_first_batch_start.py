@@ -8,63 +8,16 @@ its messages are acked unseen (spark-semantics review 2, S1). Real Cassandra, re
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import defaultdict
 
 import pytest
+from support.stream import Collector, start, wait_for
 
 from cassieq_spark.engine.stream.lease import ClusterClock, Lease
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TIMEOUT = 180
-
-
-# Collector, start and wait_for: the same few lines as in test_source_stream.py (test modules
-# do not import each other's helpers).
-class Collector:
-    """A foreachBatch sink (runs in this process): ids per batch id."""
-
-    def __init__(self, fail_on_batch: int | None = None):
-        self.batches: dict[int, list[int]] = defaultdict(list)
-        self.fail_on_batch = fail_on_batch
-        self.lock = threading.Lock()
-
-    def __call__(self, df, batch_id: int) -> None:
-        rows = df.collect()
-        if self.fail_on_batch is not None and batch_id == self.fail_on_batch and rows:
-            raise RuntimeError(f"sink fails on purpose in batch {batch_id}")
-        with self.lock:
-            self.batches[batch_id].extend(r.id for r in rows)
-
-    def ids_of(self) -> list[int]:
-        with self.lock:
-            return sorted(i for ids in self.batches.values() for i in ids)
-
-
-def start(spark, options, collector, checkpoint, trigger, **extra):
-    reader = spark.readStream.format("cassieq")
-    for k, v in {**options, **extra}.items():
-        reader = reader.option(k, str(v))
-    return (
-        reader.load()
-        .writeStream.foreachBatch(collector)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(**trigger)
-        .start()
-    )
-
-
-def wait_for(predicate, timeout: float, what: str, query=None) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if query is not None and query.exception() is not None:
-            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_failed_first_batch_replayed_with_latest_delivers_every_message(
@@ -93,7 +46,7 @@ def test_failed_first_batch_replayed_with_latest_delivers_every_message(
     )
     assert q.awaitTermination(TIMEOUT)
     assert q.exception() is None, q.exception()
-    assert good.ids_of() == ids, f"batch 0 replayed {len(good.ids_of())} of 100 messages"
+    assert good.ids == ids, f"batch 0 replayed {len(good.ids)} of 100 messages"
     st = queue_client.stats(queue_name)
     assert st["acked"] == 100 and st["backlog"] == 0, st
 
@@ -133,8 +86,8 @@ def test_messages_put_while_the_first_batch_is_planned_are_delivered(
         time.sleep(1.0)
         during = queue_client.put_many(a, [f"d{i}".encode() for i in range(20)])
         holder.release()  # the query goes on: B's start, then batch 0's end
-        wait_for(lambda: c.ids_of() == during, 90, "the 20 messages put during planning", q)
+        wait_for(lambda: c.ids == during, 90, "the 20 messages put during planning", q)
     finally:
         q.stop()
-    assert c.ids_of() == during
-    assert not set(before) & set(c.ids_of())
+    assert c.ids == during
+    assert not set(before) & set(c.ids)

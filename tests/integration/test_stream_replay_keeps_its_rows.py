@@ -18,30 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.queues import drain
+from support.sink import drop_last_commit
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TIMEOUT = 180
-
-
-def drain(queue_client, queue: str) -> Counter:
-    """Every message a client gets (and acks) until none is visible, by payload."""
-    seen: Counter = Counter()
-    while (m := queue_client.get(queue)) is not None:
-        seen[m.text] += 1
-        assert queue_client.ack(queue, m.pop_receipt)
-    return seen
-
-
-def drop_last_commit(ckpt: Path) -> int:
-    """A crash after the sink wrote the last batch but before Spark logged its commit (the
-    same few lines as in test_sink.py)."""
-    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
-    (ckpt / "commits" / str(last)).unlink()
-    crc = ckpt / "commits" / f".{last}.crc"
-    if crc.exists():
-        crc.unlink()
-    return last
 
 
 def _source(spark, options: dict, queue: str, **extra):

@@ -13,19 +13,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from support.queues import drain
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TIMEOUT = 180
-
-
-def drain(queue_client, queue: str) -> Counter:
-    """Every message a client gets (and acks) until none is visible, by payload."""
-    seen: Counter = Counter()
-    while (m := queue_client.get(queue)) is not None:
-        seen[m.text] += 1
-        assert queue_client.ack(queue, m.pop_receipt)
-    return seen
 
 
 def test_a_new_checkpoint_with_the_same_write_ids_writes_its_own_rows(

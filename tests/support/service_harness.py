@@ -166,6 +166,21 @@ def start_server(
     raise RuntimeError(f"cassieq serve did not get ready in 60 s:\n{server.log()}")
 
 
+def start_test_server(tmp: Path, cassandra, options: dict, *extra: str, **kw) -> Server:
+    """``cassieq serve`` on the Cassandra under test (the ``cassandra`` fixture) and the test
+    keyspace of ``options`` (``cassieq_options``), with a fresh secret and admin key."""
+    return start_server(
+        tmp,
+        cassandra.contact_points,
+        cassandra.port,
+        options["keyspace"],
+        secrets.token_urlsafe(32),
+        secrets.token_urlsafe(24),
+        *extra,
+        **kw,
+    )
+
+
 # -- signing, written from the spec's description (not from the service's module) -------------
 
 
