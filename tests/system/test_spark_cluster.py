@@ -97,7 +97,10 @@ def packed_env(tmp_path_factory, shipped_zip) -> Path:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    deps = [f"{name}=={version(name)}" for name in ("cassandra-driver", "pyarrow", "pandas")]
+    deps = [
+        f"{name}=={version(name)}"
+        for name in ("cassandra-driver", "pyarrow", "pandas", "google-re2")
+    ]
     installed = subprocess.run([*pip, *deps, "venv-pack"], capture_output=True, text=True)
     if installed.returncode != 0:
         pytest.skip(f"cannot build the packed environment (pip): {installed.stderr[-300:]}")
