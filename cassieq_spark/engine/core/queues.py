@@ -221,6 +221,18 @@ def list_queues(conn: Connection) -> list[QueueInfo]:
     )
 
 
+def keeps_past_delivery_limit(conn: Connection, queue: QueueInfo) -> bool:
+    """A message of ``queue`` delivered ``max_delivery_count`` times stays (delivered again)
+    instead of being dropped: ``queue`` has no dead-letter queue of its own and is another
+    queue's. Its messages are dead letters already; inspecting them (``get`` without an ack)
+    or redrives that fail must never drop them. One read of the queue table, asked only when
+    a message reached the limit."""
+    if queue.dead_letter_queue is not None:
+        return False
+    rows = conn.execute("SELECT name, queue_id, dead_letter_queue FROM {ks}.queues")
+    return any(r.queue_id and r.dead_letter_queue == queue.name for r in rows)
+
+
 def delete_queue(conn: Connection, name: str) -> QueueInfo:
     """Remove the queue. Its message partitions are dropped whole; a new queue of the same
     name gets a new incarnation id and so never sees them."""
