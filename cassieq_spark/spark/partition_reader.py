@@ -66,10 +66,10 @@ def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.D
         return iter(())
     queue = QueueInfo(name=p.queue, queue_id=uuid.UUID(p.queue_id), bucket_size=p.bucket_size)
     if p.kind == KIND_IDS:
-        rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
+        rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded, p.replay)
         return _counted(conn, queue, p, rows)
     if p.kind == KIND_TIMERS:
-        rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
+        rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded, p.replay)
         return _counted(conn, queue, p, rows)
     if p.kind == KIND_SNAPSHOT:
         return snapshot.read_unacked(conn, queue, p.lo, p.hi, p.reader)

@@ -141,6 +141,7 @@ class QueueStream:
             "queue_id": str(q.queue_id),
             "bucket_size": q.bucket_size,
             "end_ts": e.ts,
+            "replay": batch.replay,
         }
         if self.settings.count_deliveries:
             base.update(

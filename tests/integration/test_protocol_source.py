@@ -154,9 +154,11 @@ def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
 ):
     """A batch planned after another consumer moved the reader pointer past `start` skips the
     ids consumed meanwhile; its offset records where it starts, so a replay on a new reader
-    (after a crash, with the pointer moved further) reads exactly the same ids.
-    Old code (verified): the id path started at `start.id` whatever the pointer said: the
-    batch delivered all 40 ids, the 20 consumed ones again."""
+    (after a crash, with a client consuming part of the batch meanwhile) reads exactly the
+    same ids. Old code (verified): the id path started at `start.id` whatever the pointer
+    said: the batch delivered all 40 ids, the 20 consumed ones again. Until G9's fix, the
+    client's gets and acks took ids 20..29 out of the replay (the pointer moved alone did not
+    touch a row, so it could not show that)."""
     queue_client.create_queue(queue_name, bucket_size=10)
     ids = queue_client.put_many(queue_name, [b"m"] * 40)
     a = drivers(queue_name, consumerId="same")
@@ -166,7 +168,11 @@ def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
     end = a.plan()
     assert end["from"] == 20 and end["id"] == 40
     assert a.read(s, end) == ids[20:]
-    pointers.advance(queue_client.conn, q, "reader", 30)  # and moves on while we crash
+    a.reader.stop()  # the run crashes; a client consumes part of the batch meanwhile
+    got = queue_client.get_many(queue_name, 10, visibility_timeout=60)
+    assert [m.id for m in got] == ids[20:30]
+    acks = queue_client.ack_many(queue_name, [m.pop_receipt for m in got])
+    assert [r.status for r in acks] == ["ok"] * 10
     replay = drivers(queue_name, consumerId="same")
     assert replay.read(s, end) == ids[20:]
     replay.start(end)

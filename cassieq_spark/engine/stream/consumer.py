@@ -91,13 +91,14 @@ class Plan:
 class Batch:
     """What a batch's readers read: ids ``[lo, hi)`` without the ranges in ``excluded``, and
     the timer candidates ``timer_ids`` without those in ``timer_excluded`` (ranges repair
-    owns)."""
+    owns). ``replay``: a run that did not plan the batch reads it (``read.as_planned``)."""
 
     lo: int
     hi: int
     excluded: Ranges
     timer_ids: tuple[int, ...]
     timer_excluded: Ranges
+    replay: bool = False
 
 
 class StreamConsumer:
@@ -297,21 +298,26 @@ class StreamConsumer:
         real start there (at or above ``start.id``), and Spark hands batch 0 a ``start`` it
         asks the source for again when it runs or replays the batch, which a ``latest`` start
         computes anew (past the batch by then). ``end == start`` is a queue that did not move
-        in this batch (several queues): nothing."""
+        in this batch (several queues): nothing.
+
+        A batch this run did not plan (a replay after a restart) reads its rows as the
+        planning found them (``read.as_planned``): clients that received and acked some of
+        them while no run held the lease do not take them out of the replay."""
         if end == start:
             return None
         lo = end.from_id
         if end.id <= lo and end.ts <= start.ts:
             return None
         self.lease.ensure()
+        replay = self._planned is None or self._planned[:2] != (start, end)
         excluded = self.excluded(lo, end.id) if end.id > lo else []
         ids: list[int] = []
         timer_excluded: list[tuple[int, int]] = []
         if end.ts > start.ts:
-            if self._planned is not None and self._planned[:2] == (start, end):
+            if self._planned is not None and not replay:
                 ids = self._planned[2]
             else:  # a replay on a new run, or the batch was planned elsewhere
-                ids = self.timers.due_ids(lo, start.ts, end.ts)
+                ids = self.timers.due_ids(lo, start.ts, end.ts, replay=True)
             # The ack of this batch scans the timer slots its timer path looked at.
             self._scan_from = {
                 **dict(list(self._scan_from.items())[-3:]),
@@ -319,7 +325,7 @@ class StreamConsumer:
             }
             if ids:
                 timer_excluded = self.excluded(ids[0], ids[-1] + 1)
-        return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded))
+        return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded), replay)
 
     def oldest_waiting_age_ms(self, from_id: int, to_id: int) -> int | None:
         """How long (ms, Cassandra's clock against the writer's ``enqueued_at``) the first

@@ -19,6 +19,7 @@ from ..core.queues import QueueInfo
 from ..store.session import Connection
 from .read import (
     STATE_COLUMNS,
+    as_planned,
     due_ms,
     read_rows_by_id,
     skipped_overlapping,
@@ -38,9 +39,12 @@ class TimerCandidates:
         # their slot stays in the scan window.
         self._finished: dict[int, int] = {}
 
-    def rows(self, below: int, from_slot: int, to_slot: int) -> Iterator[tuple[Any, int]]:
+    def rows(
+        self, below: int, from_slot: int, to_slot: int, as_of: int | None = None
+    ) -> Iterator[tuple[Any, int]]:
         """(state row, slot) of ids below ``below`` with a timer in ``[from_slot, to_slot]``,
-        except those known to be finished."""
+        except those known to be finished; ``as_of``: each row as a batch planned then found
+        it (``read.as_planned``, for a replay)."""
         if to_slot < from_slot:
             return
         self._finished = {i: s for i, s in self._finished.items() if s >= from_slot}
@@ -50,8 +54,11 @@ class TimerCandidates:
                 if mid < below and mid not in self._finished:
                     found.setdefault(mid, slot)
         for row in read_rows_by_id(self.conn, self.queue, sorted(found), STATE_COLUMNS):
+            if as_of is not None:
+                row = as_planned(row, as_of)
             if row.acked or row.dead:
-                self._finished[row.id] = found[row.id]
+                if as_of is None:
+                    self._finished[row.id] = found[row.id]
                 continue
             yield row, found[row.id]
 
@@ -59,11 +66,12 @@ class TimerCandidates:
         """Ids (-> slot) acked since: not to be read again."""
         self._finished.update(done)
 
-    def due_ids(self, below: int, start_ts: int, end_ts: int) -> list[int]:
+    def due_ids(self, below: int, start_ts: int, end_ts: int, replay: bool = False) -> list[int]:
         """The timer path of a batch ``(start_ts, end_ts]``: ids due at ``end_ts`` now (the
-        read checks again)."""
+        read checks again); ``replay``: due as the batch's planning found them."""
         first = timer_scan_start(start_ts)
-        rows = [r for r, _ in self.rows(below, first, slot_of(end_ts))]
+        as_of = end_ts if replay else None
+        rows = [r for r, _ in self.rows(below, first, slot_of(end_ts), as_of)]
         if not rows:
             return []
         excluded = skipped_overlapping(self.conn, self.queue, rows[0].id, rows[-1].id + 1)

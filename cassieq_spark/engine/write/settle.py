@@ -335,12 +335,15 @@ def finish_rollback(
             raise ContentionError(
                 f"could not forget key {res.key!r} of queue {queue.name!r}; retry later"
             )
+    # The marks expire with the rows (written with the queue's message TTL just before; an
+    # id never written gets a mark that expires as its message would have), never after.
     upto = res.hi if written is None else res.lo + written
     pipe = Pipeline(conn)
     stmt = conn.prepare(
-        "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+        "UPDATE {ks}.messages USING TTL ? SET dead = true "
+        "WHERE queue_id = ? AND bucket = ? AND id = ?"
     )
     for mid in range(res.lo, upto):
-        pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+        pipe.submit(stmt, (queue.ttl, queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
     pipe.drain()
     monoton.close(conn, queue, res).result()
