@@ -32,7 +32,8 @@ key (keys are per queue), so each destination is written exactly once on a repla
 (``engine/write/routed_write.py``). Destinations are only known on the executors: each task looks up
 (or, with createQueue=true, creates) every distinct queue of a slice (an Arrow batch, or
 ``ROWS_PER_SLICE`` rows) before any of its rows is buffered; an unknown one fails the task, which
-rolls back what earlier slices flushed. The checkpoint records option 'queue' only.
+rolls back what earlier slices flushed. The checkpoint records option 'queue', or without it
+the keyspace and cluster the rows' queues are in.
 """
 
 from __future__ import annotations
@@ -96,11 +97,11 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     queue = None
     if opts.default_queue is not None:
         queue = resolve_queue(conn, opts.common)
-        if streaming:
-            target = Target.of(conn, queue)
-            check_target(opts.checkpoint_location, target, opts.allow_target_change)
     else:
         require_schema(conn)  # destinations are looked up by the tasks
+    if streaming:
+        target = Target.of(conn, queue)
+        check_target(opts.checkpoint_location, target, opts.allow_target_change)
     return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 

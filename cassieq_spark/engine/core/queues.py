@@ -153,6 +153,14 @@ def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
 def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
+    if exist_ok:
+        # An existing queue is used as it is: one read, no compare-and-set, no rows written
+        # for an incarnation that would lose it (a sink with createQueue=true asks for its
+        # queue on every micro-batch and routed task).
+        try:
+            return get_queue(conn, name)
+        except QueueNotFoundError:
+            pass
     if s["dead_letter_queue"]:
         # A dead-letter queue that does not exist would fail the first message that needs it
         # (finding F13); the delete of a referenced queue is caught at dead-letter time.
