@@ -158,22 +158,26 @@ def test_f9_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
     assert pointers.read(conn, q).reader == 3
 
 
-def test_f10_closed_reservation_never_reopens(queue_client, queue_name, monkeypatch):
+@pytest.mark.parametrize("late", [False, True], ids=["plain close", "compare-and-set close"])
+def test_f10_closed_reservation_never_reopens(queue_client, queue_name, late):
     """F10: the late (compare-and-set) close put a TTL on `closed` only, while the row lived
     14 days: once `closed` expired the block read as open and abandoned, and was republished
-    (duplicates). On 45e5919 with CLOSED_TTL patched to 2 s (the review's scenario) the horizon
-    reported the block abandoned 2.5 s after its close. Now a close deletes the row."""
-    monkeypatch.setattr(monoton, "CLOSED_TTL", 2, raising=False)
+    (duplicates). Now a close deletes the row: past the repair timeout, a reader sees nothing
+    open or abandoned there, its skip of the block does not apply, and repair has nothing to
+    republish. Any close that leaves the block readable as open fails here."""
     q = _queue(queue_client, queue_name, repair_timeout=1)
     conn = queue_client.conn
     res = monoton.reserve(conn, q, 5)
     write_messages(conn, q, res.lo, [b"x"] * 5)
-    time.sleep(0.6)  # past half the repair timeout: the close is the compare-and-set kind
+    if late:
+        time.sleep(0.6)  # past half the repair timeout: the close is the compare-and-set kind
     assert monoton.close(conn, q, res).result() is True
-    assert monoton.horizon(conn, q, 0).safe_end == 5
-    time.sleep(2.5)
+    time.sleep(1.2)  # past the repair timeout: an open block would now be abandoned
     hz = monoton.horizon(conn, q, 0)
     assert hz.abandoned == () and hz.safe_end == 5 and hz.open_count == 0
+    assert monoton.skip(conn, q, res.lo, res.hi) is monoton.Handed.CLOSED
+    report = queue_client.repair(queue_name)
+    assert report.republished == 0 and report.lost_ids == 0
 
 
 @pytest.mark.slow  # 20-30 s: not in make test-fast
