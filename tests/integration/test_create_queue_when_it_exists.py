@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|BEGIN)", re.IGNORECASE)
 

@@ -22,7 +22,7 @@ from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.engine.store import faults
 from cassieq_spark.engine.write.keyed_write import KeyedWrite
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 N = 20
 STEPS = ("writes.before_write", "sink.before_close", "sink.closed")

@@ -14,7 +14,7 @@ import pytest
 
 from cassieq_spark.engine.write.keyed_write import KeyedWrite
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def failed_write(q, queue: str, n: int) -> None:

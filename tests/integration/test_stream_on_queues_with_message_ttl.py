@@ -19,7 +19,7 @@ from cassieq_spark.engine.core.buckets import bucket_of
 from cassieq_spark.engine.store import faults
 from cassieq_spark.engine.write.keyed_write import KeyedWrite
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 TTL = 3600
 

@@ -22,7 +22,7 @@ import pytest
 
 from cassieq_spark.engine.write.keyed_write import KeyedWrite
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
 
 def read_batch(driver, start: dict, end: dict) -> list[tuple[int, bytes, int]]:
