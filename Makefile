@@ -78,8 +78,11 @@ check: lint
 test-fast: setup
 	$(PY) -m pytest -m "unit or (fast and not slow)" $(PYTEST_REPORT)
 
+# make test runs on TEST_WORKERS pytest-xdist workers (whole files each) sharing one Cassandra
+# node: its tests mostly wait on visibility timeouts and Spark triggers, not on the CPU.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -m "not system and not long" $(PYTEST_REPORT)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not system and not long" $(PYTEST_REPORT)
 
 test-system: setup
 	$(PY) -m pytest -m system -s $(PYTEST_REPORT)
