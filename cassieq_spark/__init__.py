@@ -50,6 +50,9 @@ def __getattr__(name: str):
     # The Spark data source needs pyspark; load it only when asked for, so the client and the
     # CLI work without pyspark.
     if name in ("CassieQDataSource", "dead_letter", "register"):
+        from .extras import require
+
+        require("the Spark connector")
         from . import spark as _spark
 
         return getattr(_spark, name)
