@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import watch
+from . import __version__
 from .client import QueueClient
 from .config import (
     add_connection_flags,
@@ -22,6 +22,7 @@ from .config import (
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .extras import require
 from .service.server import add_serve_flags, serve
 from .validate import (
     MAX_BATCH,
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"cassieq {__version__}")
     add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -247,6 +249,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _watch(args: argparse.Namespace, client: QueueClient) -> None:
+    require("cassieq stats --watch")
+    from . import watch
+
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch is meant to end
         watch.watch(lambda: client.stats(args.queue), args.interval, args.count)
 
@@ -338,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
         if args.command == "serve":
+            require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)
             return serve(args)
         _check_args(args)

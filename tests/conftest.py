@@ -6,7 +6,7 @@
 - ``docker`` - a ``cassandra:5.0`` container through testcontainers;
 - ``auto`` (default) - docker if an engine answers and the image is cached, else the Cassandra 5.x
   already answering on 127.0.0.1:9042 (left running), else the local launcher
-  (``cassieq_spark.local_cassandra``), on the next free port if 9042 is held by something else,
+  (``cassieq_dev.local_cassandra``), on the next free port if 9042 is held by something else,
   stopped at the end only if this session started it. What was chosen is one line on the
   terminal; a failure is one line (``DEBUG=1`` for the traceback).
 
@@ -33,12 +33,12 @@ import pytest
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-from cassieq_spark.local_cassandra import (
+from cassieq_dev.local_cassandra import (
     DEFAULT_PORT,
     ensure_cassandra,
     failure_line,
 )
-from cassieq_spark.local_cassandra.cli import debug
+from cassieq_dev.local_cassandra.cli import debug
 
 log = logging.getLogger(__name__)
 
