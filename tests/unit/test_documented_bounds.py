@@ -275,7 +275,7 @@ def test_the_rows_this_file_holds_are_the_ones_it_checks() -> None:
     assert set(_rows_naming(HERE)) == set(BOUNDS)
 
 
-@pytest.mark.parametrize("label", sorted(BOUNDS))
+@pytest.mark.parametrize("label", sorted(BOUNDS), ids=lambda label: label.split(" (")[0])
 def test_each_bound_holds_and_its_row_shows_it(label: str) -> None:
     accepted, refused, figures = BOUNDS[label]
     allowed = _rows_naming(HERE)[label]
