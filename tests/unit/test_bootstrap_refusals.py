@@ -62,3 +62,14 @@ def test_network_topology_replication_factor_is_refused_by_name() -> None:
     message = str(info.value)
     assert "'replication_factor'" in message and "name each data center" in message
     assert "\n" not in message
+
+
+def test_a_directory_as_the_app_password_file_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """N162: --app-password-file adir (the other rows of that reader, N160, N161, N163, N164:
+    tests/unit/test_bounded_inputs.py)."""
+    argv = [*NOWHERE, "bootstrap", "--create-keyspace", "--app-role", "badin2_app"]
+    code, err = run_main(cli.main, [*argv, "--app-password-file", str(tmp_path)], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "option '--app-password-file'" in err[0] and "not a regular file" in err[0], err

@@ -57,6 +57,7 @@ def _free_port() -> int:
         ("N246", ["--loop", "--interval", "1e308"], 2, "from 0 to 86400"),
         ("N246-grouped", ["--loop", "--interval", "3_0"], 2, "ASCII digits"),
         ("N247", ["--interval", "5"], 2, "--interval goes with --loop"),
+        ("N241", ["--contact-points", "127.0.0.1:²"], 2, "the port after ':' must be an integer"),
         (
             "N244",
             ["--master", "spark://127.0.0.1:{port}"],
