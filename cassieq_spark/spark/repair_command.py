@@ -22,14 +22,17 @@ Exit statuses: 0 success; 1 error (cluster unreachable, schema missing, a pass f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
 import re
 import signal
+import socket
 import sys
 import time
+from collections.abc import Mapping
 
 from ..config import (
     add_connection_flags,
@@ -37,8 +40,17 @@ from ..config import (
     options_from_flags,
     validate_queue_name,
 )
-from ..errors import ConfigError, QueueNotFoundError, one_line
-from ..validate import repair_timeout_seconds
+from ..errors import (
+    ConfigError,
+    ConnectionFailedError,
+    QueueNotFoundError,
+    one_line,
+)
+from ..validate import (
+    integer_text,
+    plain_number_text,
+    repair_timeout_seconds,
+)
 
 log = logging.getLogger("cassieq.repair")
 
@@ -56,40 +68,79 @@ def _repair_timeout(text: str) -> float:
 
 
 # What SparkSession.builder.master() takes; anything else makes the JVM die with a stack trace
-# before any error of ours could be printed.
+# before any error of ours could be printed. Threads and failures of local[...] start at 1 (the
+# JVM refuses "to run locally with 0 threads" in a stack trace).
 _MASTER_RE = re.compile(
-    r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
-    r"|(spark|mesos|k8s)://\S+"
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]|yarn"
+    r"|(spark|mesos|k8s)://\S+",
+    re.ASCII,
 )
+# A pass every day at least: a longer pause is a job that looks alive and repairs nothing.
+MAX_INTERVAL_SECONDS = 86400.0
+DEFAULT_INTERVAL_SECONDS = 30.0
+# How long the probe of a spark:// master waits for a TCP connection before the job gives up
+# (Spark itself retries for over a minute, then fails without naming the master).
+MASTER_PROBE_SECONDS = 5.0
 
 
 def _master(text: str) -> str:
     if not _MASTER_RE.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Spark master URL; use local[N], local[*], spark://HOST:PORT, "
-            "yarn or k8s://HOST:PORT"
+            f"{text!r} is not a Spark master URL; use local[N] (N >= 1), local[*], "
+            "spark://HOST:PORT, yarn or k8s://HOST:PORT"
         )
     return text.strip()
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    value = math.nan
+    if plain_number_text(text):
+        with contextlib.suppress(ValueError):
+            value = float(text)
+    if not 0 <= value <= MAX_INTERVAL_SECONDS:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds from 0 to {MAX_INTERVAL_SECONDS:g} (a day) written "
+            f"with ASCII digits, got {text!r}"
+        )
     return value
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
+    value = integer_text(text)
+    if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def check_master(master: str | None, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, in one line and within seconds, a master Spark would spend a minute on before a
+    long trace that does not name it: a spark:// master nobody answers at (every host of an
+    HA list tried), yarn without the Hadoop configuration that says where YARN is."""
+    if master is None:
+        return
+    env = os.environ if environ is None else environ
+    if master == "yarn" and not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
+        raise ConfigError(
+            "--master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR (the directory of the "
+            "cluster's yarn-site.xml); neither is set: set one, or give another --master"
+        )
+    if not master.startswith("spark://"):
+        return
+    errors = []
+    for address in master[len("spark://") :].split(","):
+        host, _, port = address.rpartition(":")
+        number = integer_text(port)
+        if not host or number is None or not 1 <= number <= 65535:
+            raise ConfigError(f"--master {master!r}: {address!r} is not HOST:PORT")
+        try:
+            socket.create_connection((host.strip("[]"), number), MASTER_PROBE_SECONDS).close()
+            return
+        except OSError as exc:
+            errors.append(f"{address}: {exc.strerror or exc}")
+    raise ConnectionFailedError(
+        f"cannot reach Spark master {master} ({'; '.join(errors)}); start it, or check "
+        "--master (local[2] runs the job in this process)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="report only; change nothing")
     p.add_argument("--loop", action="store_true", help="repeat passes until interrupted")
     p.add_argument(
-        "--interval", type=_seconds, default=30.0, metavar="S", help="pause between passes (--loop)"
+        "--interval",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help=f"pause between passes of --loop (default {DEFAULT_INTERVAL_SECONDS:g}, at most "
+        f"{MAX_INTERVAL_SECONDS:g})",
     )
     p.add_argument(
         "--master",
@@ -174,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
     from .repair_job import RepairSettings, resolve_queues, run_pass
 
     config = connection_from_options(_options(args))
+    check_master(args.master)
     names = None if args.all_queues else [validate_queue_name(n) for n in dict.fromkeys(args.queue)]
     # Fail fast, before Spark starts: unreachable cluster, missing schema, unknown queue.
     resolve_queues(shared_connection(config), names)
@@ -208,9 +265,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.interval is not None and not args.loop:
+        parser.error(
+            "--interval goes with --loop (the pause between passes): add --loop or drop it"
+        )
+    if args.interval is None:
+        args.interval = DEFAULT_INTERVAL_SECONDS
     if args.interval <= 0 and args.loop:
-        build_parser().error("--interval must be > 0 seconds with --loop")
+        parser.error("--interval must be > 0 seconds with --loop")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
