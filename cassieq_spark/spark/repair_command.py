@@ -145,6 +145,7 @@ def check_master(master: str | None, environ: Mapping[str, str] | None = None) -
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        prog="cassieq-repair",
         description="Repair cassieq queues: republish skipped messages, count lost "
         "reservations, drop finished buckets. Prints one JSON report per queue and pass.",
         epilog="exit statuses: 0 ok, 1 error, 2 bad arguments, 4 unknown queue. Connection "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +16,6 @@ import pytest
 from support.cli_run import NOWHERE, run_main
 
 pytestmark = pytest.mark.unit
-
 
 
 @pytest.fixture(scope="module")
