@@ -53,7 +53,7 @@ from .offset import MultiOffset, SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
 from .partition_reader import read_partition
-from .queue_stream import QueueStream, shares
+from .queue_stream import QueueStream, split_cap
 from .source_checks import MATCHING
 
 log = logging.getLogger(__name__)
@@ -341,14 +341,20 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is not None and max_rows >= NO_ROW_CAP:
             max_rows = None
-        share = shares(max_rows, list(reading), self._turn)
-        self._turn += 1
         plans = {}
-        for name, (qs, s) in reading.items():
-            if share[name] == 0:
-                ends[name] = s  # below one message each: this queue's turn comes later
-            else:
-                plans[name] = qs.plan(s, share[name])
+
+        def plan_one(name: str, share: int | None) -> int:
+            qs, s = reading[name]
+            if share == 0:
+                # Not this trigger (the cap is spent); its committed batch is acked all the same.
+                qs.ack_through(s)
+                ends[name] = s
+                return 0
+            plans[name] = qs.plan(s, share)
+            return QueueStream.taken(plans[name])
+
+        split_cap(max_rows, list(reading), self._turn, plan_one)
+        self._turn += 1
         held = self._hold_back(limit, plans)
         lags = {}
         for name, plan in plans.items():
