@@ -121,3 +121,8 @@ def one_line(exc: BaseException) -> str:
     """An error as command lines print it: one line, our own errors without their class name."""
     what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
     return what + (" ".join(str(exc).split()) or type(exc).__name__)
+
+
+class MissingExtraError(CassieQError, ImportError):
+    """A feature needs an optional dependency that is not installed: the message names the
+    ``pip install 'cassieq-spark[extra]'`` that adds it."""

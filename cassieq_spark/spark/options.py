@@ -99,9 +99,11 @@ def redacted(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _int(o: dict[str, str], key: str, label: str, default: int | None, minimum: int | None):
+    """An integer option; at most a bigint (what the JVM and Cassandra hold) when no tighter
+    bound is checked later."""
     if key not in o:
         return default
-    return validate.int_option(o[key], label, minimum)
+    return validate.int_option(o[key], label, minimum, validate.MAX_BIGINT)
 
 
 def _float(
@@ -253,6 +255,11 @@ def sink_options(
     if writer_type not in WRITER_TYPES:
         raise ConfigError(
             f"option 'writerType' must be one of {', '.join(WRITER_TYPES)}, got {o['writertype']!r}"
+        )
+    if streaming is False and "allowtargetchange" in o:
+        raise ConfigError(
+            "option 'allowTargetChange' is for df.writeStream (it lets a restarted query write "
+            "to another queue than its checkpoint recorded); df.write has no checkpoint: drop it"
         )
     mismatch = str(o.get("replaymismatch", "fail")).strip().lower()
     if mismatch not in REPLAY_MISMATCH:

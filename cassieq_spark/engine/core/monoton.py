@@ -116,6 +116,12 @@ def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     return (row.next or 0) if row else 0
 
 
+def next_id(conn: Connection, queue: QueueInfo) -> int:
+    """The allocation counter: every id a writer was ever given is below it (a receipt that
+    names a larger id was not issued by a get)."""
+    return _read_next(conn, queue, serial=False)
+
+
 def add_sentinel(conn: Connection, queue_id, future: bool = False):
     """The always-present row at ``SENTINEL_LO``. Stamped 1, so it never shadows anything."""
     f = conn.execute_async(
