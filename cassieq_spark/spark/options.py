@@ -49,6 +49,7 @@ SINK_OPTIONS: dict[str, str] = {
     "writeid": "writeId",
     "replaymismatch": "replayMismatch",
     "allowtargetchange": "allowTargetChange",
+    "routebycolumn": "routeByColumn",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -265,6 +266,16 @@ def sink_options(
         raise ConfigError(
             f"option 'replayMismatch' must be one of {', '.join(REPLAY_MISMATCH.values())}, got "
             f"{o['replaymismatch']!r}"
+        )
+    route_by_column = _bool(o, "routebycolumn", "routeByColumn", False)
+    if queue_column and common.queue and not route_by_column:
+        raise ConfigError(
+            f"option 'queue' ({common.queue!r}) and a 'queue' column in the input: the column "
+            "would send each row to the queue it names and option 'queue' would only take the "
+            "rows whose column is null (rows passed on from the cassieq source name their source "
+            "queue, so they would go back into it). To write every row to "
+            f"{common.queue!r}, drop the column (e.g. df.drop('queue')); to route rows by the "
+            "column with option 'queue' for null rows, set option routeByColumn=true"
         )
     return SinkOptions(
         common,
