@@ -111,7 +111,8 @@ def mark_reported(conn: Connection, queue: QueueInfo, rng: LostRange, by: str) -
         read_params=key,
         applied=lambda row: row is not None and row.reported_by == token,
     )
-    return bool(res.was_applied)
+    # A copy sent again after the first applied says "not applied" and shows our own token.
+    return bool(res.was_applied) or getattr(res.one(), "reported_by", None) == token
 
 
 def lost_ranges_count(conn: Connection, queue: QueueInfo) -> tuple[int, int]:
