@@ -200,8 +200,8 @@ class StreamConsumer:
         """Make this run end at everything reserved by now, including blocks still being
         written: planning waits for those rather than ending the run before them (F23)."""
         self.lease.ensure()
-        hz = self.horizon(self.pointers().reader)
-        self.target = Position(hz.next_id, hz.next_id, self.clock.now_ms())
+        end = monoton.counter(self.conn, self.queue)
+        self.target = Position(end, end, self.clock.now_ms())
         return self.target
 
     def plan(self, start: Position, max_rows: int | None = None) -> Plan:
