@@ -21,7 +21,7 @@ setup: $(STAMP) $(JARS_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench,server]'
+	$(PY) -m pip install -q -e '.[spark,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
@@ -35,7 +35,7 @@ $(JARS_STAMP): conf/pom.xml
 # one started for it; its secret and admin key are made once in .serve/ (mode 600).
 HTTP_PORT ?= 8080
 serve: setup
-	$(PY) -m cassieq_spark.local_cassandra up --port $(CASSANDRA_PORT)
+	$(PY) -m cassieq_dev.local_cassandra up --port $(CASSANDRA_PORT)
 	mkdir -p .serve && chmod 700 .serve
 	test -s .serve/secret || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/secret)
 	test -s .serve/admin-key || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/admin-key)
@@ -46,40 +46,45 @@ serve: setup
 # Durable by default (commitlog synced before each acknowledgement; survives a SIGKILL or an
 # OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash.
 cassandra-up: setup
-	$(PY) -m cassieq_spark.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
+	$(PY) -m cassieq_dev.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
 	  $(if $(filter 0 no false,$(DURABLE)),--fast) $(if $(filter 1 yes true,$(AUTH)),--auth) \
 	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:
-	$(PY) -m cassieq_spark.local_cassandra down
+	$(PY) -m cassieq_dev.local_cassandra down
 
 cassandra-status:
-	$(PY) -m cassieq_spark.local_cassandra status
+	$(PY) -m cassieq_dev.local_cassandra status
 
 # A Spark standalone master and workers on 127.0.0.1 (logs and pid files in .spark/).
 WORKERS ?= 2
 WORKER_CORES ?= 1
 spark-up: setup
-	$(PY) -m cassieq_spark.local_spark up --workers $(WORKERS) --worker-cores $(WORKER_CORES)
+	$(PY) -m cassieq_dev.local_spark up --workers $(WORKERS) --worker-cores $(WORKER_CORES)
 
 spark-down:
-	$(PY) -m cassieq_spark.local_spark down
+	$(PY) -m cassieq_dev.local_spark down
 
 spark-status:
-	$(PY) -m cassieq_spark.local_spark status --workers $(WORKERS)
+	$(PY) -m cassieq_dev.local_spark status --workers $(WORKERS)
 
 # The test tiers (docs/testing.md: what each holds, its budget, how a test states its tier). Each
 # prints every test that took 0.5 s or more and writes a JUnit report to .test-reports/.
 PYTEST_REPORT = --durations=0 --durations-min=0.5 --junitxml=.test-reports/$@.xml
 
+# make test-fast and make test run on TEST_WORKERS pytest-xdist workers (whole files each)
+# sharing one Cassandra node: their tests mostly wait on visibility timeouts and Spark triggers,
+# not on the CPU.
+TEST_WORKERS ?= 2
+
 check: lint
 	$(PY) -m pytest -m unit $(PYTEST_REPORT)
 
 test-fast: setup
-	$(PY) -m pytest -m "unit or (fast and not slow)" $(PYTEST_REPORT)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "unit or (fast and not slow)" $(PYTEST_REPORT)
 
 test: setup
-	$(PY) -m pytest -m "not system and not long" $(PYTEST_REPORT)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not system and not long" $(PYTEST_REPORT)
 
 test-system: setup
 	$(PY) -m pytest -m system -s $(PYTEST_REPORT)
@@ -90,7 +95,7 @@ test-long: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy cassieq_spark pyspark_cassieq jobs bench
+	$(VENV)/bin/mypy cassieq_spark cassieq_dev pyspark_cassieq jobs bench
 
 format: setup
 	$(VENV)/bin/ruff format .

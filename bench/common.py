@@ -127,7 +127,7 @@ def client(cfg: BenchConfig):
 
 def ensure_cassandra(cfg: BenchConfig) -> None:
     """Start the project's local Cassandra when nothing answers on the configured port."""
-    from cassieq_spark import local_cassandra
+    from cassieq_dev import local_cassandra
 
     host = cfg.contact_points.split(",")[0].split(":")[0]
     if local_cassandra.port_open(host, cfg.port):
@@ -138,7 +138,7 @@ def ensure_cassandra(cfg: BenchConfig) -> None:
     import subprocess
 
     subprocess.run(
-        [sys.executable, "-m", "cassieq_spark.local_cassandra", "up", "--port", str(cfg.port)],
+        [sys.executable, "-m", "cassieq_dev.local_cassandra", "up", "--port", str(cfg.port)],
         check=True,
     )
 

@@ -42,7 +42,7 @@ def machine_info(cfg: BenchConfig) -> dict:
         spark_version = pyspark.__version__
     except ImportError:
         spark_version = None
-    from cassieq_spark import local_cassandra
+    from cassieq_dev import local_cassandra
 
     try:
         commit = subprocess.run(

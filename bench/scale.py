@@ -88,7 +88,7 @@ def _one(spark, options: dict[str, str], rows: int, parts: int) -> dict:
 
 
 def _ring():
-    from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+    from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
 
     return LocalCassandra(
         nodes=3,
@@ -100,7 +100,7 @@ def _ring():
 
 
 def run(cfg: BenchConfig, rows: int | None = None) -> dict:
-    from cassieq_spark.local_spark import LocalSpark
+    from cassieq_dev.local_spark import LocalSpark
 
     rows = rows or (20_000 if cfg.quick else 100_000)
     results: dict = {"rows": rows, "configs": {}}

@@ -180,8 +180,8 @@ def _client_figures(acks: list[dict], produced: set[str]) -> dict[str, Any]:
 
 def run(minutes: float, nodes: int) -> dict[str, Any]:
     from bench.common import BenchConfig, spark_session
+    from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
     from cassieq_spark import QueueClient
-    from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
 
     cluster = LocalCassandra(
         nodes=nodes,

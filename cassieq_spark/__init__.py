@@ -14,6 +14,7 @@ from .errors import (
     ConfigError,
     ConnectionFailedError,
     ContentionError,
+    MissingExtraError,
     PayloadTooLargeError,
     PermissionDeniedError,
     QueueBusyError,
@@ -36,6 +37,7 @@ __all__ = [
     "ConfigError",
     "ConnectionFailedError",
     "ContentionError",
+    "MissingExtraError",
     "PermissionDeniedError",
     "PayloadTooLargeError",
     "QueueBusyError",
@@ -50,6 +52,9 @@ def __getattr__(name: str):
     # The Spark data source needs pyspark; load it only when asked for, so the client and the
     # CLI work without pyspark.
     if name in ("CassieQDataSource", "dead_letter", "register"):
+        from .extras import require
+
+        require("the Spark connector")
         from . import spark as _spark
 
         return getattr(_spark, name)

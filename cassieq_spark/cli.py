@@ -12,9 +12,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import watch
-from .client import QueueClient
+from . import __version__
+from .client import QueueClient, check_app_role
 from .config import (
+    ConnectionConfig,
     add_connection_flags,
     connection_from_options,
     options_from_flags,
@@ -22,6 +23,7 @@ from .config import (
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .extras import require
 from .service.server import add_serve_flags, serve
 from .validate import (
     MAX_BATCH,
@@ -38,6 +40,7 @@ from .validate import (
     MIN_WATCH_INTERVAL_SECONDS,
     integer_text,
     max_messages,
+    plain_number_text,
     wait_seconds,
     watch_count,
     watch_interval,
@@ -93,6 +96,28 @@ class _Exit(Exception):
         self.message = message
 
 
+def _number(text: str) -> float:
+    """A number flag: what ``float`` reads, from ASCII digits only ('1_5' is not 15)."""
+    try:
+        if plain_number_text(text):
+            return float(text)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"expected a number written with ASCII digits (no '_'), got {text!r}"
+    )
+
+
+def _integer(text: str) -> int:
+    """A whole-number flag, from ASCII digits only ('1_000' and '²' are refused)."""
+    number = integer_text(text)
+    if number is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number written with ASCII digits, got {text!r}"
+        )
+    return number
+
+
 def _dump(obj: object) -> None:
     print(json.dumps(obj, default=str, sort_keys=True))
 
@@ -104,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"cassieq {__version__}")
     add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -112,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--create-keyspace", action="store_true")
     s.add_argument(
         "--replication-factor",
-        type=int,
+        type=_integer,
         default=None,
         metavar="N",
         help="of a new keyspace (default 1); an existing keyspace with another is an error",
@@ -129,12 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("create-queue", help="create a queue")
     s.add_argument("name")
-    s.add_argument("--bucket-size", type=int, default=None, metavar="N")
-    s.add_argument("--max-delivery-count", type=int, default=5, metavar="N")
-    s.add_argument("--visibility-timeout", type=float, default=30.0, metavar="S")
-    s.add_argument("--repair-timeout", type=float, default=15.0, metavar="S")
+    s.add_argument("--bucket-size", type=_integer, default=None, metavar="N")
+    s.add_argument("--max-delivery-count", type=_integer, default=5, metavar="N")
+    s.add_argument("--visibility-timeout", type=_number, default=30.0, metavar="S")
+    s.add_argument("--repair-timeout", type=_number, default=15.0, metavar="S")
     s.add_argument("--dead-letter-queue", default=None, metavar="Q")
-    s.add_argument("--message-ttl", type=int, default=None, metavar="S")
+    s.add_argument("--message-ttl", type=_integer, default=None, metavar="S")
     s.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
 
     sub.add_parser("list-queues", help="the queues and their settings (JSON)")
@@ -145,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("put", help="enqueue MESSAGE (use - to read it from stdin); prints the id")
     s.add_argument("queue")
     s.add_argument("message")
-    s.add_argument("--delay", type=float, default=0.0, metavar="S")
+    s.add_argument("--delay", type=_number, default=0.0, metavar="S")
 
     s = sub.add_parser(
         "get",
@@ -153,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{EXIT_EMPTY} when empty",
     )
     s.add_argument("queue")
-    s.add_argument("--visibility-timeout", type=float, default=None, metavar="S")
+    s.add_argument("--visibility-timeout", type=_number, default=None, metavar="S")
     # Strings, checked by validate.py, so a bad value gets the same one-line wording as elsewhere.
     s.add_argument(
         "--max",
@@ -175,11 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("change-visibility", help="hide a message longer (0 releases it)")
     s.add_argument("queue")
     s.add_argument("receipt")
-    s.add_argument("seconds", type=float)
+    s.add_argument("seconds", type=_number)
 
     s = sub.add_parser("peek", help="messages a get could return now, without side effects")
     s.add_argument("queue")
-    s.add_argument("--limit", type=int, default=10, metavar="N")
+    s.add_argument("--limit", type=_integer, default=10, metavar="N")
 
     s = sub.add_parser(
         "stats", help="counters and current state of a queue (JSON); --watch for a live view"
@@ -206,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=what)
         s.add_argument("queue")
         s.add_argument("--to", required=True, metavar="QUEUE")
-        s.add_argument("--max", type=int, default=None, metavar="N", help="at most N (default all)")
-        s.add_argument("--visibility-timeout", type=float, default=300.0, metavar="S")
+        s.add_argument(
+            "--max", type=_integer, default=None, metavar="N", help="at most N (default all)"
+        )
+        s.add_argument("--visibility-timeout", type=_number, default=300.0, metavar="S")
 
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
@@ -246,7 +274,23 @@ def _check_args(args: argparse.Namespace) -> None:
     args.count = None if args.count is None else watch_count(args.count)
 
 
+def _check_bootstrap(args: argparse.Namespace, config: ConnectionConfig) -> None:
+    """The app role's name, password file and what it needs of the connection, checked before
+    connecting: nothing is created when the role cannot be."""
+    if (args.app_role is None) != (args.app_password_file is None):
+        raise ConfigError("--app-role and --app-password-file go together: give both")
+    args.app_password = (
+        read_password_file(args.app_password_file, "--app-password-file")
+        if args.app_password_file
+        else None
+    )
+    check_app_role(config, args.app_role, args.app_password)
+
+
 def _watch(args: argparse.Namespace, client: QueueClient) -> None:
+    require("cassieq stats --watch")
+    from . import watch
+
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch is meant to end
         watch.watch(lambda: client.stats(args.queue), args.interval, args.count)
 
@@ -254,18 +298,11 @@ def _watch(args: argparse.Namespace, client: QueueClient) -> None:
 def _run(args: argparse.Namespace, client: QueueClient) -> int:
     cmd = args.command
     if cmd == "bootstrap":
-        if (args.app_role is None) != (args.app_password_file is None):
-            raise ConfigError("--app-role and --app-password-file go together: give both")
-        app_password = (
-            read_password_file(args.app_password_file, "--app-password-file")
-            if args.app_password_file
-            else None
-        )
         version = client.bootstrap(
             args.create_keyspace,
             args.replication_factor,
             args.app_role,
-            app_password,
+            args.app_password,
             replication=args.replication,
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
@@ -338,10 +375,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
         if args.command == "serve":
+            require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)
             return serve(args)
         _check_args(args)
         config = connection_from_options(_options(args))
+        if args.command == "bootstrap":
+            _check_bootstrap(args, config)
         with QueueClient(config) as client:
             status = _run(args, client)
         sys.stdout.flush()

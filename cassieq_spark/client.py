@@ -46,7 +46,7 @@ from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import enqueue
-from .errors import ConfigError, PermissionDeniedError
+from .errors import ConfigError, PermissionDeniedError, QueueExistsError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,28 @@ def _server_message(exc: Exception) -> str:
     """The server's own words from a driver error (``message="..."``), else the error."""
     text = str(exc)
     return text.split('message="', 1)[1].rstrip('"') if 'message="' in text else text
+
+
+def check_app_role(config: ConnectionConfig, app_role: object, app_password: object) -> None:
+    """What ``bootstrap(app_role=...)`` needs, checked before anything is created: a valid role
+    name, a password, and a connection as a named role. A cluster a client reaches without a
+    username has no password authentication (the driver cannot answer a password challenge
+    without one), and there Cassandra's role manager refuses ``PASSWORD`` once the keyspace
+    and schema have been made."""
+    if (app_role is None) != (app_password is None):
+        raise ConfigError("app_role and app_password go together: give both or neither")
+    if app_role is None:
+        return
+    validate.role_name(app_role)
+    if not app_password:
+        raise ConfigError("the app role's password is empty: give a non-empty password")
+    if config.username is None:
+        raise ConfigError(
+            f"app role {app_role!r} needs a cluster with password authentication "
+            "(authenticator: PasswordAuthenticator) and an admin role to create it: connect "
+            "with a username and password (--username, --password-file), or leave the app role "
+            "out"
+        )
 
 
 class QueueClient:
@@ -139,8 +161,7 @@ class QueueClient:
 
         ``app_role``/``app_password``: also create that login role with SELECT and MODIFY on the
         keyspace only (enough for everything but schema changes; run this as an admin)."""
-        if (app_role is None) != (app_password is None):
-            raise ConfigError("app_role and app_password go together: give both or neither")
+        check_app_role(self.config, app_role, app_password)
         if (replication_factor is not None or replication is not None) and not create_keyspace:
             raise ConfigError(
                 "a replication factor only applies when bootstrap creates the keyspace; add "
@@ -184,20 +205,35 @@ class QueueClient:
         exist_ok: bool = False,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> QueueInfo:
+        """Create queue ``name``. ``exist_ok``: an existing queue is returned as it is, but a
+        setting asked for with a value other than its default must be the queue's own (a
+        different dead-letter queue, say, is :class:`QueueExistsError`, not ignored)."""
         self._require_schema()
-        info = queues.create_queue(
-            self.conn,
-            name,
-            exist_ok=exist_ok,
-            bucket_size=bucket_size,
-            max_delivery_count=max_delivery_count,
-            visibility_timeout=visibility_timeout,
-            repair_timeout=repair_timeout,
-            dead_letter_queue=dead_letter_queue,
-            message_ttl=message_ttl,
-            max_payload_bytes=max_payload_bytes,
-        )
+        asked = {
+            "bucket_size": bucket_size,
+            "max_delivery_count": max_delivery_count,
+            "visibility_timeout": visibility_timeout,
+            "repair_timeout": repair_timeout,
+            "dead_letter_queue": dead_letter_queue,
+            "message_ttl": message_ttl,
+            "max_payload_bytes": max_payload_bytes,
+        }
+        info = queues.create_queue(self.conn, name, exist_ok=exist_ok, **asked)
         self._queues[name] = (time.monotonic(), info)
+        for key in ("visibility_timeout", "repair_timeout"):  # checked there: '30' is 30.0
+            asked[key] = float(asked[key])  # type: ignore[arg-type]
+        defaults = QueueInfo(name=name, queue_id=info.queue_id)
+        differ = [
+            f"{key} {getattr(info, key)!r} (asked {value!r})"
+            for key, value in asked.items()
+            if value != getattr(defaults, key) and value != getattr(info, key)
+        ]
+        if differ:
+            raise QueueExistsError(
+                f"queue {name!r} already exists with other settings: {', '.join(differ)}; use "
+                "another name, leave those settings out to use the queue as it is, or delete "
+                "and create it again"
+            )
         return info
 
     def get_queue(self, name: str) -> QueueInfo:
@@ -216,6 +252,7 @@ class QueueClient:
         self._queues.pop(name, None)
 
     def _queue(self, name: str) -> QueueInfo:
+        validate.queue_name(name)  # before the cache: a list is no key of it
         cached = self._queues.get(name)
         if cached and time.monotonic() - cached[0] < QUEUE_CACHE_SECONDS:
             return cached[1]
@@ -341,7 +378,15 @@ class QueueClient:
         visibility_timeout: float = 300.0,
     ) -> MoveReport:
         """Move dead letters back to ``to``, each exactly once, keeping their provenance
-        headers and counting redrives in ``cassieq-redrive-count``."""
+        headers and counting redrives in ``cassieq-redrive-count``. ``dead_letter_queue`` must
+        be some queue's dead-letter queue (else :meth:`move` is the call)."""
+        source = self._queue(dead_letter_queue)
+        if not any(q.dead_letter_queue == source.name for q in self.list_queues()):
+            raise ConfigError(
+                f"queue {source.name!r} is not the dead-letter queue of any queue: redrive "
+                "moves dead letters back; use move (cassieq move) for the messages of another "
+                "queue"
+            )
         return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
 
     def move(

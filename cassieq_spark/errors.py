@@ -92,7 +92,8 @@ class ContentionError(CassieQError):
 class ReplayMismatchError(CassieQError):
     """A replayed write has other rows than the attempt that first wrote under its key, so
     honouring the key would skip rows never written; run the replay with the first attempt's
-    input and partitioning, or allow it to write such rows again (possible duplicates)."""
+    input and partitioning (while no attempt with other input ran since), or allow it to write
+    such rows again (possible duplicates)."""
 
 
 class PoisonBatchError(CassieQError):
@@ -120,3 +121,8 @@ def one_line(exc: BaseException) -> str:
     """An error as command lines print it: one line, our own errors without their class name."""
     what = "" if isinstance(exc, CassieQError) else f"{type(exc).__name__}: "
     return what + (" ".join(str(exc).split()) or type(exc).__name__)
+
+
+class MissingExtraError(CassieQError, ImportError):
+    """A feature needs an optional dependency that is not installed: the message names the
+    ``pip install 'cassieq-spark[extra]'`` that adds it."""

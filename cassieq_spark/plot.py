@@ -10,6 +10,10 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from .extras import require
+
+require("the stats plot")
+
 from matplotlib.figure import Figure
 
 from .watch import Sample

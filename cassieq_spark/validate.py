@@ -20,6 +20,7 @@ from .errors import ConfigError
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
 KEYSPACE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+ROLE_RE = re.compile(r"[A-Za-z0-9_]{1,48}")
 # Upper bounds of the durations that become timers. A timer outlives its due time by the
 # timers table's retention (14 days, see engine/core/timers.py), so these only keep values sane and
 # tested; the same limits as SQS's visibility timeout, for delays too.
@@ -81,6 +82,17 @@ def keyspace_name(name: object) -> str:
     return name
 
 
+def role_name(name: object, what: str = "app role") -> str:
+    """1-48 ASCII letters, digits and '_' (``str.isalnum`` would let 'rôle' through, which the
+    server then refuses after the schema step)."""
+    if not isinstance(name, str) or not ROLE_RE.fullmatch(name):
+        raise ConfigError(
+            f"{what} {_show(name)} is not valid: 1-48 of the ASCII letters, digits and '_' "
+            "(it is quoted in CQL)"
+        )
+    return name
+
+
 def text(value: str, what: str) -> bytes:
     """A str as UTF-8; a lone surrogate (e.g. from undecodable command-line bytes) is refused."""
     try:
@@ -101,13 +113,25 @@ def _duration(limit: float) -> str:
     return f"{limit:g} seconds ({hours:g} hours)" if hours >= 1 else f"{limit:g} seconds"
 
 
+def plain_number_text(value: object) -> bool:
+    """False for text that ``float``/``int`` read but a person does not mean as a number:
+    digit grouping with '_' ('1_5' is 15) and non-ASCII digits ('١٥', '²'). Not text: True."""
+    return not isinstance(value, str) or (value.isascii() and "_" not in value)
+
+
+_PLAIN = "written with ASCII digits (no '_')"
+
+
 def seconds(
     value: object, what: str, maximum: float | None = None, positive: bool = False
 ) -> float:
     """A finite number of seconds >= 0 (> 0 with ``positive``), at most ``maximum``. Numeric
-    strings are read ('10'); booleans are not numbers."""
+    strings are read ('10', ASCII digits only: '1_5' is refused, not 15); booleans are not
+    numbers."""
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
+    if not plain_number_text(value):
+        raise ConfigError(f"{what} must be a number of seconds {_PLAIN}, got {_show(value)}")
     try:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
@@ -152,6 +176,9 @@ def watch_interval(value: object, what: str = "--interval") -> float:
     try:
         v = float(raw) if not isinstance(raw, bool) else math.nan  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not plain_number_text(raw):
+        allowed += f" {_PLAIN}"
         v = math.nan
     if not (MIN_WATCH_INTERVAL_SECONDS <= v <= MAX_WATCH_INTERVAL_SECONDS):  # NaN fails too
         raise ConfigError(f"{what} must be {allowed}, got {_show(value)}")
@@ -279,6 +306,12 @@ def replication(value: object) -> dict[str | None, int]:
             f"{what}: NetworkTopologyStrategy needs at least one data center with its replica "
             'count, e.g. {"class": "NetworkTopologyStrategy", "datacenter1": 3}'
         )
+    if "replication_factor" in rest:
+        raise ConfigError(
+            f"{what}: NetworkTopologyStrategy's 'replication_factor' (the same count in every "
+            "data center) is not taken here: name each data center with its replica count, "
+            'e.g. {"class": "NetworkTopologyStrategy", "datacenter1": 3}'
+        )
     out: dict[str | None, int] = {}
     for dc, n in rest.items():
         if not isinstance(dc, str) or not DATACENTER_RE.fullmatch(dc):
@@ -366,6 +399,8 @@ def int_option(
     raw = value.strip() if isinstance(value, str) else value
     if isinstance(raw, bool):
         raise ConfigError(f"option {what!r} must be an integer, got {raw!r}")
+    if not plain_number_text(raw):
+        raise ConfigError(f"option {what!r} must be an integer {_PLAIN}, got {_show(raw)}")
     try:
         out = int(raw) if isinstance(raw, (int, str)) else int(str(raw))
     except ValueError:
@@ -383,6 +418,8 @@ def float_option(
     raw = value.strip() if isinstance(value, str) else value
     if isinstance(raw, bool):
         raise ConfigError(f"option {what!r} must be a number, got {raw!r}")
+    if not plain_number_text(raw):
+        raise ConfigError(f"option {what!r} must be a number {_PLAIN}, got {_show(raw)}")
     try:
         out = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):

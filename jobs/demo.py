@@ -35,9 +35,9 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+from cassieq_dev.local_cassandra import cassandra_endpoint, report_failure  # noqa: E402
 from cassieq_spark import QueueClient, QueueNotFoundError, plot, watch  # noqa: E402
 from cassieq_spark.errors import one_line  # noqa: E402
-from cassieq_spark.local_cassandra import cassandra_endpoint, report_failure  # noqa: E402
 
 QUEUE = "demo"
 DEFAULT_OUT = os.path.join(ROOT, ".demo")

@@ -1,250 +1,27 @@
-"""The repair job: republish what readers skipped, count lost reservations, reclaim storage.
+"""The repair job's launcher for ``spark-submit`` from a checkout.
 
-    spark-submit jobs/repair.py --queue NAME [--queue NAME2 ...] | --all-queues
-        [--contact-points H,H] [--port P] [--keyspace K] [--local-dc DC]
-        [--username U --password P] [--repair-timeout S] [--max-buckets N]
-        [--dry-run] [--loop --interval S] [--master URL]
+    spark-submit jobs/repair.py --queue NAME [--queue NAME2 ...] | --all-queues [...]
 
-``python jobs/repair.py ...`` does the same on a local Spark (``local[2]`` unless ``--master``
-or ``spark.master`` say otherwise). Connection flags fall back to ``CASSIEQ_*`` variables.
-
-Output: one JSON object per queue and pass on its own line of stdout, in the order the queues
-were named (``--all-queues``: name order), so the last line is the last queue's report. Logs
-and progress go to stderr, and are written before a pass's reports: ``spark-submit`` merges the
-Python driver's stderr into its stdout, so there the JSON lines are still the last ones; pick
-them out as the lines starting with ``{``.
-
-Exit statuses: 0 success; 1 error (cluster unreachable, schema missing, a pass failed);
-2 bad command line or option value; 4 a named queue does not exist.
+The job itself is ``cassieq_spark.spark.repair_command`` (installed as the ``cassieq-repair``
+command, also ``python -m cassieq_spark.spark.repair_command``); its docstring and ``--help``
+give the flags, the output and the exit statuses.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import math
-import os
-import re
-import signal
 import sys
-import time
 from pathlib import Path
 
-# Run as a script from a checkout: make the package importable, unless it already is (installed,
-# or shipped with --py-files on a cluster: that copy is the one the executors have too).
+# Run from a checkout: make the package importable, unless it already is (installed, or shipped
+# with --py-files on a cluster: that copy is the one the executors have too).
 try:
     import cassieq_spark  # noqa: F401
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cassieq_spark.config import (  # noqa: E402
-    add_connection_flags,
-    connection_from_options,
-    options_from_flags,
-    validate_queue_name,
-)
-from cassieq_spark.errors import ConfigError, QueueNotFoundError, one_line  # noqa: E402
-from cassieq_spark.validate import repair_timeout_seconds  # noqa: E402
+from cassieq_spark.spark.repair_command import build_parser, main  # noqa: E402
 
-log = logging.getLogger("cassieq.repair")
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 4
-
-
-def _repair_timeout(text: str) -> float:
-    try:
-        return repair_timeout_seconds(text, "a repair timeout")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# What SparkSession.builder.master() takes; anything else makes the JVM die with a stack trace
-# before any error of ours could be printed.
-_MASTER_RE = re.compile(
-    r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn"
-    r"|(spark|mesos|k8s)://\S+"
-)
-
-
-def _master(text: str) -> str:
-    if not _MASTER_RE.fullmatch(text.strip()):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Spark master URL; use local[N], local[*], spark://HOST:PORT, "
-            "yarn or k8s://HOST:PORT"
-        )
-    return text.strip()
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="repair.py",
-        description="Repair cassieq queues: republish skipped messages, count lost "
-        "reservations, drop finished buckets. Prints one JSON report per queue and pass.",
-        epilog="exit statuses: 0 ok, 1 error, 2 bad arguments, 4 unknown queue. Connection "
-        "flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE, "
-        "CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD.",
-    )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--queue", action="append", metavar="NAME", help="a queue to repair (repeatable)"
-    )
-    which.add_argument("--all-queues", action="store_true", help="repair every queue")
-    add_connection_flags(p)
-    p.add_argument(
-        "--repair-timeout",
-        type=_repair_timeout,
-        metavar="S",
-        help="override the queues' repair timeout: how long a skipped range waits before "
-        "repair (> 0 to 86400 s)",
-    )
-    p.add_argument(
-        "--max-buckets",
-        type=_positive_int,
-        metavar="N",
-        help="check at most N buckets per queue and pass (default: all behind the reader)",
-    )
-    p.add_argument("--dry-run", action="store_true", help="report only; change nothing")
-    p.add_argument("--loop", action="store_true", help="repeat passes until interrupted")
-    p.add_argument(
-        "--interval", type=_seconds, default=30.0, metavar="S", help="pause between passes (--loop)"
-    )
-    p.add_argument(
-        "--master",
-        type=_master,
-        help="Spark master when not given by spark-submit (local[2])",
-    )
-    p.add_argument("--verbose", action="store_true", help="debug logging and tracebacks")
-    return p
-
-
-def _options(args: argparse.Namespace) -> dict[str, str]:
-    return options_from_flags(args)
-
-
-def _spark(master: str | None):
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName("cassieq-repair")
-    if master is not None:
-        builder = builder.master(master)
-    elif not SparkConf().contains("spark.master"):  # spark-submit sets it; python does not
-        builder = builder.master("local[2]")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-class _Stop:
-    """SIGTERM/SIGINT end a --loop after the current pass (a second one ends it at once)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def __call__(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        log.info("stopping after this pass")
-
-
-def run(args: argparse.Namespace) -> int:
-    from cassieq_spark.engine.store.session import shared_connection
-    from cassieq_spark.spark.repair_job import RepairSettings, resolve_queues, run_pass
-
-    config = connection_from_options(_options(args))
-    names = None if args.all_queues else [validate_queue_name(n) for n in dict.fromkeys(args.queue)]
-    # Fail fast, before Spark starts: unreachable cluster, missing schema, unknown queue.
-    resolve_queues(shared_connection(config), names)
-    settings = RepairSettings(args.repair_timeout, args.dry_run, args.max_buckets)
-    spark = _spark(args.master)
-    stop = _Stop()
-    if args.loop:
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-    try:
-        n = 0
-        while True:
-            n += 1
-            started = time.monotonic()
-            reports = run_pass(spark, config, names, settings)
-            log.info(
-                "pass %d over %d queues done in %.1f s", n, len(reports), time.monotonic() - started
-            )
-            # Logged before, not after: spark-submit merges the driver's stderr into stdout.
-            sys.stderr.flush()
-            for report in reports:
-                print(json.dumps({**report.as_dict(), "pass": n}, sort_keys=True), flush=True)
-            if not args.loop or stop.requested:
-                return EXIT_OK
-            deadline = time.monotonic() + args.interval
-            while time.monotonic() < deadline and not stop.requested:
-                time.sleep(min(0.5, deadline - time.monotonic()))
-            if stop.requested:
-                return EXIT_OK
-    finally:
-        spark.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.interval <= 0 and args.loop:
-        build_parser().error("--interval must be > 0 seconds with --loop")
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,  # spark-submit's Python may have set up a handler on stdout already
-    )
-    if not args.verbose:
-        # The driver logs connection trouble as warnings; our one-line error says it better.
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
-        logging.getLogger("py4j").setLevel(logging.WARNING)
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("repair: interrupted", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception as exc:
-        if args.verbose:
-            raise
-        status = EXIT_ERROR
-        if isinstance(exc, QueueNotFoundError):
-            status = EXIT_NOT_FOUND
-        elif isinstance(exc, ConfigError):
-            status = EXIT_USAGE
-        print(f"repair: error: {one_line(exc)[:2000]}", file=sys.stderr)
-        return status
-
+__all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,7 +6,7 @@
 - ``docker`` - a ``cassandra:5.0`` container through testcontainers;
 - ``auto`` (default) - docker if an engine answers and the image is cached, else the Cassandra 5.x
   already answering on 127.0.0.1:9042 (left running), else the local launcher
-  (``cassieq_spark.local_cassandra``), on the next free port if 9042 is held by something else,
+  (``cassieq_dev.local_cassandra``), on the next free port if 9042 is held by something else,
   stopped at the end only if this session started it. What was chosen is one line on the
   terminal; a failure is one line (``DEBUG=1`` for the traceback).
 
@@ -33,12 +33,12 @@ import pytest
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-from cassieq_spark.local_cassandra import (
+from cassieq_dev.local_cassandra import (
     DEFAULT_PORT,
     ensure_cassandra,
     failure_line,
 )
-from cassieq_spark.local_cassandra.cli import debug
+from cassieq_dev.local_cassandra.cli import debug
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,48 @@ def _local_endpoint(config: pytest.Config) -> Iterator[CassandraEndpoint]:
         kind = "external" if found.external else "local"
         yield CassandraEndpoint(found.contact_points, found.port, kind)
     finally:
+        found.stop_started()
+
+
+SHARED_NODE = pytest.StashKey[Any]()
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (``-n N``, N > 0)."""
+    workers = getattr(config.option, "numprocesses", None)
+    return bool(workers) and "PYTEST_XDIST_WORKER" not in os.environ
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, find or start the one Cassandra node every worker shares.
+
+    Without this each worker would run the ``auto`` choice on its own, and two workers could
+    start two launchers on one data directory. The controller decides once, before the workers
+    are spawned, and hands them the result as ``CASSIEQ_TEST_CASSANDRA=external://...`` (the
+    workers inherit its environment); it stops at the end only a node it started. Tests stay
+    independent of each other on the shared node: each takes a fresh keyspace and free ports.
+    """
+    mode = os.environ.get("CASSIEQ_TEST_CASSANDRA", "auto").strip() or "auto"
+    if not _xdist_controller(config) or mode != "auto" or _docker_usable():
+        return
+    try:
+        found = ensure_cassandra(
+            int(os.environ.get("CASSANDRA_PORT", DEFAULT_PORT)), say=_say(config), durable=False
+        )
+    except Exception as exc:  # one line, as in _local_endpoint
+        if debug():
+            raise
+        pytest.exit(failure_line("the tests' Cassandra", exc), returncode=3)
+    config.stash[SHARED_NODE] = found
+    os.environ["CASSIEQ_TEST_CASSANDRA"] = (
+        f"external://{','.join(found.contact_points)}:{found.port}"
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    found = config.stash.get(SHARED_NODE, None)
+    if found is not None:
         found.stop_started()
 
 

@@ -23,6 +23,11 @@ BELOW_QUORUM = ("ANY", "ONE", "TWO", "THREE", "LOCAL_ONE")
 SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
 
 
+def _flag(option: str) -> str:
+    """The command-line flag of a connection option: sslCaFile -> ssl-ca-file."""
+    return "".join("-" + c.lower() if c.isupper() else c for c in option)
+
+
 @dataclass(frozen=True)
 class ConnectionConfig:
     contact_points: tuple[str, ...] = ("127.0.0.1",)
@@ -89,6 +94,33 @@ class ConnectionConfig:
             validate.seconds(limit_s, name, 3600.0, positive=True)
         if (self.username is None) != (self.password is None):
             raise ConfigError("username and password go together: give both or neither")
+        self._check_tls_options()
+
+    def _check_tls_options(self) -> None:
+        """TLS options mean something only with ``ssl`` on, and a client key only with its
+        certificate: either alone would be ignored without a word (a plaintext connection,
+        or TLS without the client certificate the node asks for)."""
+        if self.ssl_context_override is not None:
+            return
+        files = (
+            ("sslCaFile", self.ssl_ca_file),
+            ("sslCertFile", self.ssl_cert_file),
+            ("sslKeyFile", self.ssl_key_file),
+        )
+        if not self.ssl_enabled:
+            given = [name for name, path in files if path is not None]
+            given += [] if self.ssl_verify else ["sslVerify"]
+            if given:
+                raise ConfigError(
+                    f"option {given[0]!r} (--{_flag(given[0])}) applies only to TLS, and ssl is "
+                    "not true: add ssl=true (--ssl true, CASSIEQ_SSL=true), or drop "
+                    f"{', '.join(given)}"
+                )
+        if self.ssl_key_file is not None and self.ssl_cert_file is None:
+            raise ConfigError(
+                "option 'sslKeyFile' (--ssl-key-file) is the key of a client certificate, and "
+                "'sslCertFile' (--ssl-cert-file) is not given: give both, or neither"
+            )
 
     @property
     def consistency_level(self) -> int:
@@ -117,12 +149,23 @@ class ConnectionConfig:
             ("sslCertFile", self.ssl_cert_file),
             ("sslKeyFile", self.ssl_key_file),
         ):
-            if path is not None and not os.access(path, os.R_OK):
-                why = "does not exist" if not os.path.exists(path) else "is not readable"
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                why = (
+                    "does not exist"
+                    if not os.path.exists(path)
+                    else "is not a regular file"
+                    if not os.path.isfile(path)
+                    else "is not readable"
+                )
                 raise ConfigError(f"option {option!r}: {path!r} {why}; give a readable PEM file")
         try:
             ctx = ssl.create_default_context(cafile=self.ssl_ca_file)
-        except ssl.SSLError as exc:
+        except OSError as exc:  # ssl.SSLError is one too
+            if not isinstance(exc, ssl.SSLError):
+                raise ConfigError(
+                    f"option 'sslCaFile': cannot read {self.ssl_ca_file!r} "
+                    f"({exc.strerror or exc}); give a readable PEM file"
+                ) from None
             raise ConfigError(
                 f"option 'sslCaFile': {self.ssl_ca_file!r} holds no usable CA certificate ({exc})"
             ) from None
@@ -132,7 +175,7 @@ class ConnectionConfig:
         if self.ssl_cert_file:
             try:
                 ctx.load_cert_chain(self.ssl_cert_file, self.ssl_key_file)
-            except ssl.SSLError as exc:
+            except OSError as exc:  # ssl.SSLError is one too
                 raise ConfigError(
                     f"options 'sslCertFile'/'sslKeyFile': {self.ssl_cert_file!r} and its key do "
                     f"not make a usable client certificate ({exc})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError
 from .options import env_defaults
 
 _FLAGS = (
@@ -47,12 +48,15 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
     """Spark-style connection options: the flags given, else ``CASSIEQ_*`` variables."""
-    opts = env_defaults()
-    for flag, name in _FLAGS:
-        value = getattr(args, flag, None)
-        if value is not None:
-            if name in ("password", "passwordFile"):  # a flag beats either variable
-                opts.pop("password", None)
-                opts.pop("passwordFile", None)
-            opts[name] = value
-    return opts
+    if getattr(args, "password", None) is not None and getattr(args, "password_file", None):
+        raise ConfigError(
+            "--password and --password-file exclude each other: give one (--password-file keeps "
+            "the password out of the process list)"
+        )
+    given = {
+        name: getattr(args, flag) for flag, name in _FLAGS if getattr(args, flag, None) is not None
+    }
+    overridden = set(given)
+    if overridden & {"password", "passwordFile"}:  # a flag beats either variable
+        overridden |= {"password", "passwordFile"}
+    return {**env_defaults(overridden=overridden), **given}

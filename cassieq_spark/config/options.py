@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .. import validate
 from ..errors import ConfigError
@@ -163,9 +163,16 @@ def read_password_file(path: str, option: str = "passwordFile") -> str:
 ENV_PREFIX = "CASSIEQ_"
 
 
-def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``CASSIEQ_CONTACT_POINTS`` etc. as Spark-style option names, for the CLI and jobs."""
+def env_defaults(
+    environ: Mapping[str, str] | None = None, overridden: Iterable[str] = ()
+) -> dict[str, str]:
+    """``CASSIEQ_CONTACT_POINTS`` etc. as Spark-style option names, for the CLI and jobs.
+
+    A variable set to an empty string is an error, unless ``overridden`` (option names given
+    another way, e.g. by a flag) names its option: an empty ``CASSIEQ_KEYSPACE`` taken for
+    "unset" ran commands against the default keyspace, someone else's."""
     env = os.environ if environ is None else environ
+    skip = set(overridden)
     names = {
         "CONTACT_POINTS": "contactPoints",
         "PORT": "port",
@@ -181,4 +188,15 @@ def env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         "SSL_VERIFY": "sslVerify",
         "CONSISTENCY": "consistency",
     }
-    return {opt: env[ENV_PREFIX + k] for k, opt in names.items() if env.get(ENV_PREFIX + k)}
+    for k, opt in names.items():
+        value = env.get(ENV_PREFIX + k)
+        if value is not None and not value.strip() and opt not in skip:
+            raise ConfigError(
+                f"variable {ENV_PREFIX + k} is set but empty: give it a value (option {opt!r}) "
+                f"or unset it (unset {ENV_PREFIX + k})"
+            )
+    return {
+        opt: env[ENV_PREFIX + k]
+        for k, opt in names.items()
+        if env.get(ENV_PREFIX + k) and opt not in skip
+    }

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..extras import require
+
+require("the Spark connector")
+
 from .dead_letter import dead_letter
 from .lag import CassieQLagListener, QueueLag, lag_listener
 from .provider import CassieQDataSource

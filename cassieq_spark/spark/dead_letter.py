@@ -18,13 +18,12 @@ message is, so a rejected message ends up in the dead-letter queue only::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..config import connection_from_options
+from ..config import ConnectionConfig, connection_from_options
 from ..engine.core import queues
 from ..engine.store import schema
 from ..engine.store.session import shared_connection
@@ -34,6 +33,8 @@ from ..errors import ConfigError
 HEADER_REASON = "cassieq-reason"
 PROVENANCE = (HEADER_ORIGIN_QUEUE, HEADER_ORIGIN_ID, HEADER_DELIVERY_COUNT, HEADER_REASON)
 NEEDED = ("id", "value")
+# Integer types an id can come in (the source's is bigint); a string id is not a message's.
+_ID_TYPES = ("bigint", "int", "smallint", "tinyint")
 
 __all__ = ["HEADER_REASON", "dead_letter"]
 
@@ -47,8 +48,28 @@ def dead_letter(
     """``rows``: rows of the cassieq source (``id``, ``value``, and ``headers``,
     ``delivery_count``, ``queue`` if present) with a reason column ``reason_col``; ``queue``:
     their origin queue when ``rows`` has no ``queue`` column; ``options``: the connection
-    options (as for the sink), used to look up each queue's dead-letter queue. A row whose
-    queue has no dead-letter queue fails the write with a message naming it."""
+    options (as for the sink; any other name is an error), used to look up each queue's
+    dead-letter queue. A row whose queue has no dead-letter queue fails the write with a
+    message naming it. The arguments are checked before anything is read."""
+    if not isinstance(reason_col, str) or not reason_col:
+        hint = (
+            " (a Column is not taken: add it as a column, rows.withColumn('reason', ...), and "
+            "name that)"
+            if isinstance(reason_col, Column)
+            else ""
+        )
+        raise ConfigError(
+            f"dead_letter's reason_col must be the name of a column of rows, got "
+            f"{_show(reason_col)}{hint}"
+        )
+    if queue is not None and not isinstance(queue, str):
+        raise ConfigError(f"dead_letter's queue must be a queue name or None, got {_show(queue)}")
+    config = connection_from_options({k: str(v) for k, v in options.items()}, known_only=True)
+    if not isinstance(rows, DataFrame):
+        raise ConfigError(
+            f"dead_letter takes a DataFrame of rows of the cassieq source, got "
+            f"{type(rows).__name__}"
+        )
     cols = set(rows.columns)
     missing = [c for c in (*NEEDED, reason_col) if c not in cols]
     if missing:
@@ -62,10 +83,17 @@ def dead_letter(
             "dead_letter needs the origin queue: a 'queue' column (the source has one) or the "
             "argument queue='...'"
         )
+    id_type = dict(rows.dtypes)["id"]
+    if id_type not in _ID_TYPES:
+        raise ConfigError(
+            f"dead_letter's column 'id' must be the source's message id (bigint), got {id_type}: "
+            "rows not read from a cassieq queue have no id to trace back; cast it or use the "
+            "source's rows"
+        )
     origin = F.col("queue") if "queue" in cols else F.lit(queue)
     if "queue" in cols and queue is not None:
         origin = F.coalesce(F.col("queue"), F.lit(queue))
-    dlq = _dead_letter_queues(options)
+    dlq = _dead_letter_queues(config)
     target = F.element_at(dlq, origin) if dlq is not None else F.lit(None).cast("string")
     target = F.when(
         target.isNull(),
@@ -100,9 +128,14 @@ def dead_letter(
     )
 
 
-def _dead_letter_queues(options: Mapping[str, Any]) -> Column | None:
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _dead_letter_queues(config: ConnectionConfig) -> Column | None:
     """Every queue's dead-letter queue, as a map column (one read of the queue table)."""
-    conn = shared_connection(connection_from_options({k: str(v) for k, v in options.items()}))
+    conn = shared_connection(config)
     schema.require_schema(conn)
     pairs = [(q.name, q.dead_letter_queue) for q in queues.list_queues(conn) if q.dead_letter_queue]
     if not pairs:

@@ -49,6 +49,7 @@ SINK_OPTIONS: dict[str, str] = {
     "writeid": "writeId",
     "replaymismatch": "replayMismatch",
     "allowtargetchange": "allowTargetChange",
+    "routebycolumn": "routeByColumn",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -98,9 +99,11 @@ def redacted(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _int(o: dict[str, str], key: str, label: str, default: int | None, minimum: int | None):
+    """An integer option; at most a bigint (what the JVM and Cassandra hold) when no tighter
+    bound is checked later."""
     if key not in o:
         return default
-    return validate.int_option(o[key], label, minimum)
+    return validate.int_option(o[key], label, minimum, validate.MAX_BIGINT)
 
 
 def _float(
@@ -253,11 +256,26 @@ def sink_options(
         raise ConfigError(
             f"option 'writerType' must be one of {', '.join(WRITER_TYPES)}, got {o['writertype']!r}"
         )
+    if streaming is False and "allowtargetchange" in o:
+        raise ConfigError(
+            "option 'allowTargetChange' is for df.writeStream (it lets a restarted query write "
+            "to another queue than its checkpoint recorded); df.write has no checkpoint: drop it"
+        )
     mismatch = str(o.get("replaymismatch", "fail")).strip().lower()
     if mismatch not in REPLAY_MISMATCH:
         raise ConfigError(
             f"option 'replayMismatch' must be one of {', '.join(REPLAY_MISMATCH.values())}, got "
             f"{o['replaymismatch']!r}"
+        )
+    route_by_column = _bool(o, "routebycolumn", "routeByColumn", False)
+    if queue_column and common.queue and not route_by_column:
+        raise ConfigError(
+            f"option 'queue' ({common.queue!r}) and a 'queue' column in the input: the column "
+            "would send each row to the queue it names and option 'queue' would only take the "
+            "rows whose column is null (rows passed on from the cassieq source name their source "
+            "queue, so they would go back into it). To write every row to "
+            f"{common.queue!r}, drop the column (e.g. df.drop('queue')); to route rows by the "
+            "column with option 'queue' for null rows, set option routeByColumn=true"
         )
     return SinkOptions(
         common,

@@ -5,6 +5,7 @@ queue it reads; a query on one queue has exactly one."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
@@ -93,6 +94,14 @@ class QueueStream:
         return self.consumer.plan(self.position(s), max_rows)
 
     @staticmethod
+    def taken(plan: Plan) -> int:
+        """Messages the planned batch takes of ``maxMessagesPerTrigger``: its span of ids (gaps
+        count) and its due timer rows."""
+        if plan.end is None:
+            return 0
+        return plan.end.id - plan.end.from_id + plan.due
+
+    @staticmethod
     def available(plan: Plan) -> int:
         """Messages the planned batch could deliver (for ``minMessagesPerTrigger``)."""
         if plan.end is None:
@@ -177,15 +186,26 @@ class QueueStream:
         self.consumer.lease.release()
 
 
-def shares(max_rows: int | None, names: list[str], turn: int) -> dict[str, int | None]:
-    """``maxMessagesPerTrigger`` split between queues: equal shares (differing by one), the
-    larger ones going round from trigger to trigger so that no queue waits for ever when the
-    limit is below the number of queues. A share of 0 means: not this trigger."""
-    if max_rows is None:
-        return dict.fromkeys(names)
+def split_cap(
+    max_rows: int | None,
+    names: list[str],
+    turn: int,
+    plan_one: Callable[[str, int | None], int],
+) -> None:
+    """``maxMessagesPerTrigger`` split between queues: ``plan_one(name, share)`` plans one
+    queue's batch with at most ``share`` messages (None: no cap; 0: not this trigger) and
+    returns how many its batch takes. Queues go in turn order (the first one changing from
+    trigger to trigger, so that no queue waits for ever when the cap is below the number of
+    queues); each gets an equal share of what the queues before it left, so a share a queue
+    without messages does not use goes to the queues after it: a trigger delivers nothing only
+    when no queue has anything (an AvailableNow run ends on such a trigger)."""
     n = len(names)
     if n == 0:
-        return {}
-    base, extra = divmod(max_rows, n)
+        return
     order = names[turn % n :] + names[: turn % n]
-    return {name: base + (1 if i < extra else 0) for i, name in enumerate(order)}
+    remaining = max_rows
+    for i, name in enumerate(order):
+        share = None if remaining is None else -(-remaining // (n - i))  # ceil
+        used = plan_one(name, share)
+        if remaining is not None:
+            remaining = max(0, remaining - used)

@@ -67,11 +67,13 @@ log = logging.getLogger(__name__)
 # What a user can do about a replayed batch whose rows differ from its first attempt's.
 REPLAY_MISMATCH_HINT = (
     "The replayed input differs from the first attempt (the partition layout changed, e.g. "
-    "maxIdsPerPartition, repartition(n), spark.sql.files.maxPartitionBytes or the core count, "
-    "or the input is not deterministic); skipping it would lose messages. Run the replay with "
-    "the first attempt's settings until this batch commits, or set option "
-    "replayMismatch=writeAgain to write such chunks again (an earlier attempt's messages may "
-    "then be enqueued twice, none is lost)"
+    "maxIdsPerPartition, repartition(n), spark.sql.files.maxPartitionBytes or the core count; "
+    "a queue of the source was deleted, or clients, TTL or a purge took messages of the batch; "
+    "or the input is not deterministic); skipping it would lose messages. Each task checks "
+    "only its own keys: tasks of this attempt that found a free key wrote their rows, so going "
+    "back to the first attempt's settings helps only if no attempt with other settings ran "
+    "since. Otherwise set option replayMismatch=writeAgain to write such chunks again (an "
+    "earlier attempt's messages may then be enqueued twice, none is lost)"
 )
 
 

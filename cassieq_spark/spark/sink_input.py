@@ -237,7 +237,9 @@ def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None
                 ]
         delays = None
         if layout.delay is not None:
-            d = pc.fill_null(rb.column(layout.delay).cast(pa.float64()), 0.0)
+            # Unsafe: a bigint beyond 2**53 becomes the nearest double instead of a raw
+            # ArrowInvalid, and is then refused below with its row.
+            d = pc.fill_null(pc.cast(rb.column(layout.delay), pa.float64(), safe=False), 0.0)
             bad = pc.or_(
                 pc.or_(pc.less(d, 0.0), pc.invert(pc.is_finite(d))),
                 pc.greater(d, MAX_DELAY_SECONDS),

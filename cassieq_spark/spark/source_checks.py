@@ -5,9 +5,11 @@ option, what it got and what is allowed."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import re
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +107,12 @@ def compile_queue_pattern(pattern: str) -> Any:
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds, as Kafka's maxTriggerDelay
 MAX_TRIGGER_DELAY = 24 * 3600.0  # a trigger waits for minMessagesPerTrigger one day at most
 
+# Half the bigint range: far above any id a queue allots, with room for planning windows
+# (from_id + window) that must stay a bigint.
+MAX_START_ID = 2**62
+# A start time further ahead than this is a unit mistake (microseconds for milliseconds).
+MAX_START_AHEAD_SECONDS = 24 * 3600.0
+
 _STARTING_HELP = (
     "option 'startingPosition' must be earliest, latest, "
     '{"id": N} (N an id >= 0) or {"timestamp": T} (T epoch milliseconds >= 0)'
@@ -123,7 +131,7 @@ _UNITS = {
     "hour": 3600.0,
     "hours": 3600.0,
 }
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.ASCII)
 
 
 def starting_position(raw: str | None) -> StartingPosition:
@@ -144,6 +152,22 @@ def starting_position(raw: str | None) -> StartingPosition:
         raise ConfigError(f"{_STARTING_HELP}; got {raw!r}")
     if value < 0:
         raise ConfigError(f"{_STARTING_HELP}; got {raw!r} (negative)")
+    if key == AT_ID and value > MAX_START_ID:
+        raise ConfigError(
+            f"option 'startingPosition' {{\"id\": N}} must be from 0 to {MAX_START_ID} (ids "
+            f"are allotted from 0 up; larger ones leave no room to plan batches); got {raw!r}"
+        )
+    latest = (time.time() + MAX_START_AHEAD_SECONDS) * 1000
+    if key == AT_TIMESTAMP and value > latest:
+        try:
+            when = f"year {dt.datetime.fromtimestamp(value / 1000, dt.timezone.utc).year}"
+        except (ValueError, OverflowError, OSError):
+            when = "after year 9999"
+        raise ConfigError(
+            f"option 'startingPosition' {{\"timestamp\": T}} is {when}: T is epoch "
+            f"milliseconds (not microseconds), at most a day from now ({int(latest)}); "
+            f"got {raw!r}"
+        )
     return StartingPosition(key, value)
 
 

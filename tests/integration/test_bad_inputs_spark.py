@@ -146,3 +146,36 @@ def test_spark_bad_input(request, sp, cassieq_options, queue_client, tmp_path, a
         assert any(re.search(expected, line) for line in text.split("\n")[:2]), text[:3000]
     after = queue_client.stats(SQ)
     assert (after["enqueued"], after["backlog"]) == (before["enqueued"], before["backlog"])
+
+
+@pytest.mark.parametrize(
+    "row, build, expected",
+    [
+        pytest.param(
+            "N353",
+            lambda: {"reason_col": F.col("reason")},
+            r"reason_col must be the name of a column of rows, got Column.* add it as a column",
+            id="N353",
+        ),
+        pytest.param(
+            "N363",
+            lambda: {},
+            r"column 'id' must be the source's message id \(bigint\), got string",
+            id="N363",
+        ),
+    ],
+)
+def test_dead_letter_arguments_only_a_dataframe_shows(sp, cassieq_options, row, build, expected):
+    """dead_letter(...) on rows that are not the source's: a Column as reason_col (N353, a raw
+    TypeError 'unhashable type') and a string id (N363, written as the origin id without a
+    word) are one-line errors when dead_letter is called, before any job."""
+    from cassieq_spark import ConfigError, dead_letter
+
+    rows = sp.createDataFrame(
+        [("abc", "p1", "bad", SQ)], "id string, value string, reason string, queue string"
+    )
+    if row == "N353":
+        rows = rows.withColumn("id", F.lit(1).cast("bigint"))
+    with pytest.raises(ConfigError) as info:
+        dead_letter(rows, **build(), **cassieq_options)
+    assert re.search(expected, str(info.value)) and "\n" not in str(info.value), str(info.value)

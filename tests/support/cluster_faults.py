@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.policies import RoundRobinPolicy
 
-from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
+from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
 
 T = TypeVar("T")
 

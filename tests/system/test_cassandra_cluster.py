@@ -23,7 +23,7 @@ from support.cluster_faults import (
     eventually,
 )
 
-from cassieq_spark.local_cassandra import LocalCassandra
+from cassieq_dev.local_cassandra import LocalCassandra
 
 pytestmark = [pytest.mark.cluster]
 

@@ -2,7 +2,7 @@
 acknowledged.
 
 One node started exactly as ``make cassandra-up`` starts it (``python -m
-cassieq_spark.local_cassandra up`` with no flags but its own port and directory, so the shared
+cassieq_dev.local_cassandra up`` with no flags but its own port and directory, so the shared
 node on 9042 is never touched):
 
 - the largest writes and reads the API allows: messages of the largest ``max_payload_bytes``,
@@ -27,9 +27,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from cassieq_dev.local_cassandra import STATE_DIR
 from cassieq_spark.client import QueueClient
 from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
-from cassieq_spark.local_cassandra import STATE_DIR
 from cassieq_spark.validate import MAX_BATCH
 
 PORT = 39042  # beside the shared node (9042) and the cluster tests (19042, 29042)
@@ -40,7 +40,7 @@ KEYSPACE = "cassieq_default_node"
 
 def _launcher(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cassieq_spark.local_cassandra", *args, "--base-dir", str(BASE_DIR)],
+        [sys.executable, "-m", "cassieq_dev.local_cassandra", *args, "--base-dir", str(BASE_DIR)],
         capture_output=True,
         text=True,
         timeout=400,

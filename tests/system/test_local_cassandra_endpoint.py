@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from cassieq_spark.local_cassandra import (
+from cassieq_dev.local_cassandra import (
     ensure_cassandra,
     free_port,
     port_free,
@@ -34,7 +34,7 @@ LOOPBACK = "127.0.0.1"
 
 def _launcher(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cassieq_spark.local_cassandra", *args],
+        [sys.executable, "-m", "cassieq_dev.local_cassandra", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

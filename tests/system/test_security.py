@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
 from cassieq_spark import ConnectionFailedError, QueueClient
 from cassieq_spark.errors import ConfigError, PermissionDeniedError
-from cassieq_spark.local_cassandra import STATE_DIR, LocalCassandra
 
 pytestmark = pytest.mark.security
 
@@ -275,7 +275,7 @@ def test_cli_debug_output_never_shows_the_password(app_options) -> None:
 
 
 def test_a_certificate_for_another_host_fails_only_with_sslverify(tmp_path) -> None:
-    from cassieq_spark.local_cassandra.security import ensure_tls_files
+    from cassieq_dev.local_cassandra.security import ensure_tls_files
 
     base = STATE_DIR / "secured-hostname-test"
     node = LocalCassandra(port=PORT + 2, storage_port=STORAGE_PORT + 2, base_dir=base, tls="on")

@@ -24,7 +24,7 @@ import pytest
 from support.queues import connection_flags
 from support.repair import TIMEOUT, assert_each_once, late_writes
 
-from cassieq_spark.local_spark import LocalSpark, spark_home
+from cassieq_dev.local_spark import LocalSpark, spark_home
 
 pytestmark = pytest.mark.sparkcluster
 

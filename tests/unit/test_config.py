@@ -13,7 +13,13 @@ from cassieq_spark.errors import ConfigError
 
 def test_options_are_case_insensitive_and_parsed():
     c = connection_from_options(
-        {"CONTACTPOINTS": "a, b:9043", "keySpace": "ks1", "localdc": "dc1", "sslVerify": "false"}
+        {
+            "CONTACTPOINTS": "a, b:9043",
+            "keySpace": "ks1",
+            "localdc": "dc1",
+            "SSL": "true",
+            "sslVerify": "false",
+        }
     )
     assert c.contact_points == ("a", "b") and c.port == 9043
     assert (c.keyspace, c.local_dc, c.ssl_verify) == ("ks1", "dc1", False)
@@ -43,7 +49,7 @@ def test_password_never_in_repr_or_describe():
 
 
 def test_env_defaults():
-    env = {"CASSIEQ_CONTACT_POINTS": "h1", "CASSIEQ_PORT": "9999", "CASSIEQ_KEYSPACE": "", "X": "1"}
+    env = {"CASSIEQ_CONTACT_POINTS": "h1", "CASSIEQ_PORT": "9999", "X": "1"}
     assert env_defaults(env) == {"contactPoints": "h1", "port": "9999"}
 
 

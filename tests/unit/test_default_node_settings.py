@@ -7,9 +7,9 @@ import inspect
 
 import pytest
 
-from cassieq_spark.local_cassandra import cassandra_endpoint, ensure_cassandra
-from cassieq_spark.local_cassandra.cli import _parser
-from cassieq_spark.local_cassandra.config import default_heap
+from cassieq_dev.local_cassandra import cassandra_endpoint, ensure_cassandra
+from cassieq_dev.local_cassandra.cli import _parser
+from cassieq_dev.local_cassandra.config import default_heap
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cassieq_spark.local_cassandra import (
+from cassieq_dev.local_cassandra import (
     CONF_DIR,
     MAIN_CLASS,
     LocalCassandra,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cassieq_spark.local_cassandra import free_port, port_free, port_open
+from cassieq_dev.local_cassandra import free_port, port_free, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def _up_without_java(tmp_path: Path, debug: str) -> subprocess.CompletedProcess[
     env = {**os.environ, "PATH": "/nonexistent", "DEBUG": debug, "PYTHONPATH": str(ROOT)}
     env.pop("JAVA_HOME", None)
     return subprocess.run(
-        [sys.executable, "-m", "cassieq_spark.local_cassandra", "up", "--port", str(port)]
+        [sys.executable, "-m", "cassieq_dev.local_cassandra", "up", "--port", str(port)]
         + ["--storage-port", str(storage), "--base-dir", str(tmp_path)],
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("cassieq_spark", "jobs", "bench")
+FOLDERS = ("cassieq_spark", "cassieq_dev", "jobs", "bench")
 
 
 def _is_module(package_dir: Path, name: str) -> bool:

@@ -9,15 +9,16 @@ read and written a bucket at a time; visibility changes are compare-and-sets as 
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
 
 from cassandra.query import BatchStatement, BatchType
 
 from ... import validate
 from ...errors import ConfigError, InvalidReceiptError, StaleReceiptError, one_line
-from ..core import clock, timers
+from ..core import clock, monoton, timers
 from ..core.buckets import bucket_of
 from ..core.clock import from_epoch
 from ..core.messages import is_expired, remaining_ttl
@@ -67,12 +68,15 @@ class ReceiptResult:
 
 
 def receipts_list(items: Iterable, what: str, of: str) -> list:
-    """A call's receipts (or pairs) as a list of at most :data:`validate.MAX_BATCH`."""
+    """A call's receipts (or pairs) as a list of at most :data:`validate.MAX_BATCH`. No more
+    than one entry past the limit is taken from ``items``: an endless iterator is refused
+    without being drained into memory."""
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise ConfigError(f"{what} must be a list of {of}, got {type(items).__name__}")
-    out = list(items)
+    out = list(itertools.islice(items, validate.MAX_BATCH + 1))
     if len(out) > validate.MAX_BATCH:
-        raise ConfigError(f"{what} has {len(out)} entries; at most {validate.MAX_BATCH} per call")
+        has = f"{len(items)}" if isinstance(items, Sized) else f"more than {validate.MAX_BATCH}"
+        raise ConfigError(f"{what} has {has} entries; at most {validate.MAX_BATCH} per call")
     return out
 
 
@@ -89,6 +93,42 @@ def visibility_pairs(entries: Iterable) -> list[tuple[str, float]]:
 
 def _stale(queue: QueueInfo, r: PopReceipt, why: str) -> str:
     return f"pop receipt for message {r.message_id} of queue {queue.name!r} is stale: {why}"
+
+
+_STALE_WHY = "the message was acked or redelivered since; get it again"
+
+
+def _not_issued(queue: QueueInfo, text: object, why: str) -> str:
+    return (
+        f"{repr(text)[:80]} is not a receipt of queue {queue.name!r}: {why}, so no get() issued "
+        "it; use the one get() returned"
+    )
+
+
+def never_issued(
+    c: Consumer, queue: QueueInfo, found: dict[int, int | None], todo: Sequence[PopReceipt]
+) -> dict[PopReceipt, str]:
+    """The receipts of ``todo`` that name a delivery no get() made, with why (``found``:
+    message id -> the row's version, for the rows that exist): a version above the row's
+    (versions only grow, by one per delivery or visibility change), or an id the queue never allotted (at or past
+    its counter, read once and only when a row is missing). A missing row below the counter
+    may be a real message acked, expired or purged since: that stays "stale"."""
+    out: dict[PopReceipt, str] = {}
+    missing = []
+    for r in todo:
+        if r.message_id not in found:
+            missing.append(r)
+        elif r.version > (found[r.message_id] or 0):
+            version = found[r.message_id] or 0
+            out[r] = (
+                f"message {r.message_id} has had receipts up to version {version}, not {r.version}"
+            )
+    if missing:
+        end = monoton.counter(c.conn, queue)
+        for r in missing:
+            if r.message_id >= end:
+                out[r] = f"the queue has no message {r.message_id} (its ids so far are below {end})"
+    return out
 
 
 def _decode(queue: QueueInfo, text: object) -> PopReceipt:
@@ -133,15 +173,20 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
     ]
     writes = []
     done: list[PopReceipt] = []
-    for (bucket, part), read in zip(parts, reads, strict=True):
-        rows = {row.id: row for row in read.result()}
+    read_rows = [{row.id: row for row in read.result()} for read in reads]
+    versions = {mid: row.version for rows in read_rows for mid, row in rows.items()}
+    forged = never_issued(c, queue, versions, [r for _, part in parts for _, r in part])
+    for (bucket, part), rows in zip(parts, read_rows, strict=True):
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         batch.is_idempotent = True  # setting acked = true twice changes nothing
         for i, r in part:
             row = rows.get(r.message_id)
+            if r in forged:
+                reason = _not_issued(queue, receipts[i], forged[r])
+                results[i] = ReceiptResult(receipts[i], INVALID, reason)
+                continue
             if row is None or row.acked or row.dead or row.version != r.version:
-                why = "the message was acked or redelivered since; get it again"
-                results[i] = ReceiptResult(receipts[i], STALE, _stale(queue, r, why))
+                results[i] = ReceiptResult(receipts[i], STALE, _stale(queue, r, _STALE_WHY))
                 continue
             key = (queue.queue_id, bucket, r.message_id)
             batch.add(c.conn.prepare(_ACK), (remaining_ttl(row, queue, now), *key))
@@ -168,11 +213,18 @@ def change_visibility_many(
     one compare-and-set each, which tells the stale ones apart."""
     out: list[ReceiptResult | None] = [None] * len(entries)
     todo: list[tuple[int, PopReceipt, float]] = []
+    seen: set[PopReceipt] = set()
     for i, (text, seconds) in enumerate(entries):
         try:
-            todo.append((i, _decode(queue, text), seconds))
+            r = _decode(queue, text)
         except InvalidReceiptError as exc:
             out[i] = ReceiptResult(str(text), INVALID, one_line(exc))
+            continue
+        if r in seen:  # as in ack_many: the first one decides, the repeat changes nothing
+            out[i] = ReceiptResult(text, STALE, _stale(queue, r, "repeated in this call"))
+            continue
+        seen.add(r)
+        todo.append((i, r, seconds))
     one_by_one = todo
     ids = [r.message_id for _, r, _ in todo]
     if len(todo) > 1 and len(set(ids)) == len(ids):  # one row twice: conditions would clash
@@ -185,15 +237,41 @@ def change_visibility_many(
                 part = group[at : at + ACK_CHUNK]
                 if not _change_batch(c, queue, bucket, part, entries, out):
                     one_by_one += part
-    for i, _r, seconds in sorted(one_by_one, key=lambda e: e[0]):
+    stale: list[tuple[int, PopReceipt, str]] = []
+    for i, r, seconds in sorted(one_by_one, key=lambda e: e[0]):
         text = entries[i][0]
         try:
             out[i] = ReceiptResult(text, OK, new_receipt=c.change_visibility(queue, text, seconds))
         except InvalidReceiptError as exc:
             out[i] = ReceiptResult(str(text), INVALID, one_line(exc))
         except StaleReceiptError as exc:
-            out[i] = ReceiptResult(text, STALE, one_line(exc))
+            stale.append((i, r, one_line(exc)))
+    if stale:  # a receipt no get() issued is invalid, not stale
+        forged = never_issued(
+            c, queue, _versions(c, queue, [r for _, r, _ in stale]), [r for _, r, _ in stale]
+        )
+        for i, r, reason in stale:
+            text = entries[i][0]
+            if r in forged:
+                out[i] = ReceiptResult(text, INVALID, _not_issued(queue, text, forged[r]))
+            else:
+                out[i] = ReceiptResult(text, STALE, reason)
     return [r for r in out if r is not None]
+
+
+def _versions(
+    c: Consumer, queue: QueueInfo, receipts: Sequence[PopReceipt]
+) -> dict[int, int | None]:
+    """Message id -> its row's version, for the rows of ``receipts`` that exist (a read per
+    bucket)."""
+    groups: dict[int, set[int]] = {}
+    for r in receipts:
+        groups.setdefault(bucket_of(r.message_id, queue.bucket_size), set()).add(r.message_id)
+    reads = [
+        c.conn.execute_async(_VERSIONS, (queue.queue_id, bucket, sorted(ids)))
+        for bucket, ids in groups.items()
+    ]
+    return {row.id: row.version for read in reads for row in read.result()}
 
 
 def _change_batch(

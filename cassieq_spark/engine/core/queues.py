@@ -14,7 +14,7 @@ from ...config import (
     validate_queue_name,
     visibility_seconds,
 )
-from ...errors import ConfigError, QueueExistsError, QueueNotFoundError
+from ...errors import ConfigError, ContentionError, QueueExistsError, QueueNotFoundError
 from ..store import faults
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
@@ -27,6 +27,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # (16 MiB by default) and v4 frames above 16 MiB. Payload plus headers
 # (messages.MAX_HEADERS_BYTES) plus the row's other cells stay below both.
 MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
+CREATE_ATTEMPTS = 3  # writes of the queue row that timed out before they ran
 
 
 @dataclass(frozen=True)
@@ -182,32 +183,45 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
     )
     init.result()
     faults.point("queues.before_queue_row", qid=qid)
-    res = conn.cas(
-        "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
-        "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
-        (
-            name,
-            qid,
-            s["bucket_size"],
-            s["max_delivery_count"],
-            s["visibility_timeout"],
-            s["repair_timeout"],
-            s["dead_letter_queue"],
-            s["message_ttl"],
-            s["max_payload_bytes"],
-        ),
-        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
-        read_params=(name,),
-        applied=lambda row: row is not None and row.queue_id == qid,
-    )
-    if not res.was_applied:
+    for _attempt in range(CREATE_ATTEMPTS):
+        res = conn.cas(
+            "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
+            "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+            (
+                name,
+                qid,
+                s["bucket_size"],
+                s["max_delivery_count"],
+                s["visibility_timeout"],
+                s["repair_timeout"],
+                s["dead_letter_queue"],
+                s["message_ttl"],
+                s["max_payload_bytes"],
+            ),
+            read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+            read_params=(name,),
+            applied=lambda row: row is not None and row.queue_id == qid,
+        )
+        # The queue row decides, not "not applied" alone: a copy sent again after the first
+        # applied finds our own row (and our incarnation's rows must then stay).
+        named = getattr(res.one(), "queue_id", None)
+        if res.was_applied or named == qid:
+            break
+        if named is None:
+            continue  # it never ran (settled after a timeout): nobody holds the name yet
+        # Another incarnation holds the name: ours was never reachable; drop its rows.
         for table in ("pointers", "monoton"):
             conn.execute_async(f"DELETE FROM {{ks}}.{table} WHERE queue_id = ?", (qid,))
         if exist_ok:
             return get_queue(conn, name)
         raise QueueExistsError(
             f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
+        )
+    else:
+        raise ContentionError(
+            f"could not create queue {name!r}: its row was not written after "
+            f"{CREATE_ATTEMPTS} attempts (Cassandra timed out); retry create_queue"
         )
     log.info("created queue %s (%s)", name, qid)
     return get_queue(conn, name)

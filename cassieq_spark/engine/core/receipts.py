@@ -52,8 +52,9 @@ class PopReceipt:
             message_id=int.from_bytes(raw[16:24], "big"),
             version=int.from_bytes(raw[24:28], "big"),
         )
-        # get() never hands out such numbers (ids and versions are bigint and int columns).
-        if receipt.message_id > MAX_BIGINT or receipt.version > MAX_INT:
+        # get() never hands out such numbers (ids and versions are bigint and int columns;
+        # a message's first delivery has version 1).
+        if receipt.message_id > MAX_BIGINT or not 1 <= receipt.version <= MAX_INT:
             raise bad
         return receipt
 

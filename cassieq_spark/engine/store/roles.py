@@ -15,7 +15,7 @@ from cassandra.cluster import Session
 from cassandra.protocol import OverloadedErrorMessage
 
 from ...errors import ConfigError
-from ...validate import keyspace_name
+from ...validate import keyspace_name, role_name
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,7 @@ APP_PERMISSIONS = ("SELECT", "MODIFY")
 
 def create_app_role(session: Session, keyspace: str, role: str, password: str) -> None:
     """Create (or update the password of) ``role`` and grant it exactly APP_PERMISSIONS."""
-    if not isinstance(role, str) or not role.replace("_", "a").isalnum() or len(role) > 48:
-        raise ConfigError(
-            f"app role {role!r} is not valid: 1-48 letters, digits and '_' (it is quoted in CQL)"
-        )
+    role_name(role)
     keyspace_name(keyspace)
     if not password:
         raise ConfigError("the app role's password is empty: give a non-empty password")

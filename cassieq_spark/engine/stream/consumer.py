@@ -47,7 +47,7 @@ from .ack import BatchAck
 from .lease import ClusterClock, Lease
 from .read import skipped_overlapping, timer_scan_start
 from .start import StartingPosition, first_id
-from .timer_path import TimerCandidates
+from .timer_path import TimerCandidates, cap_due
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +201,14 @@ class StreamConsumer:
         """Make this run end at everything reserved by now, including blocks still being
         written: planning waits for those rather than ending the run before them (F23)."""
         self.lease.ensure()
-        hz = self.horizon(self.pointers().reader)
-        self.target = Position(hz.next_id, hz.next_id, self.clock.now_ms())
+        end = monoton.counter(self.conn, self.queue)
+        self.target = Position(end, end, self.clock.now_ms())
         return self.target
 
     def plan(self, start: Position, max_rows: int | None = None) -> Plan:
-        """The batch after ``start``, at most ``max_rows`` ids of the id path. Call it only
-        once the batch ending at ``start`` is committed: it acks that batch first."""
+        """The batch after ``start``: at most ``max_rows`` messages, due timer-path rows
+        (see ``timer_path.cap_due``) plus a span of ids of the id path. Call it only once the
+        batch ending at ``start`` is committed: it acks that batch first."""
         self.lease.ensure()
         self.ack_through(start)
         # Ids another consumer took since `start` (an older position, clients) stay taken.
@@ -223,11 +224,16 @@ class StreamConsumer:
             if self.target is not None:
                 end_id = min(end_id, max(from_id, self.target.id))
                 ts_cap = self.target.ts
-            if max_rows is not None:
-                end_id = min(end_id, from_id + max(1, max_rows))
             end_ts = max(start.ts, ts_cap)
+            found = self.timers.due(from_id, start.ts, end_ts) if end_ts > start.ts else []
+            if max_rows is None:
+                due = [i for i, _ in found]
+            else:
+                # The cap holds for both paths: the timer path first (what a cap left to the
+                # id path alone would starve under a steady producer), the id path the rest.
+                end_ts, due = cap_due(found, start.ts, end_ts, max(1, max_rows))
+                end_id = min(end_id, from_id + max(0, max_rows - len(due)))
             self.record_abandoned(hz, from_id, end_id)
-            due = self.timers.due_ids(from_id, start.ts, end_ts) if end_ts > start.ts else []
             if end_id > start.id or due:
                 break
             if not self._target_blocked(from_id, hz, waited_since):

@@ -69,6 +69,13 @@ class TimerCandidates:
     def due_ids(self, below: int, start_ts: int, end_ts: int, replay: bool = False) -> list[int]:
         """The timer path of a batch ``(start_ts, end_ts]``: ids due at ``end_ts`` now (the
         read checks again); ``replay``: due as the batch's planning found them."""
+        return [i for i, _ in self.due(below, start_ts, end_ts, replay)]
+
+    def due(
+        self, below: int, start_ts: int, end_ts: int, replay: bool = False
+    ) -> list[tuple[int, int]]:
+        """(id, due time in epoch ms) of the timer path of a batch ``(start_ts, end_ts]``;
+        ``replay``: due as the batch's planning found them (``read.as_planned``)."""
         first = timer_scan_start(start_ts)
         as_of = end_ts if replay else None
         rows = [r for r, _ in self.rows(below, first, slot_of(end_ts), as_of)]
@@ -77,7 +84,24 @@ class TimerCandidates:
         excluded = skipped_overlapping(self.conn, self.queue, rows[0].id, rows[-1].id + 1)
         # The same rule as the ack's: a row is a candidate through the timer of its own state.
         return [
-            r.id
+            (r.id, due_ms(r))
             for r in rows
             if timer_path_delivers(r, end_ts, excluded) and slot_of(due_ms(r)) >= first
         ]
+
+
+def cap_due(
+    due: list[tuple[int, int]], start_ts: int, end_ts: int, room: int
+) -> tuple[int, list[int]]:
+    """A batch time at or below ``end_ts`` at which at most ``room`` of the timer path's
+    ``due`` (id, due ms) rows are due, and those ids: the earliest due first, so the cap
+    (``maxMessagesPerTrigger``) holds for messages that became due together (a million
+    delayed messages) and the batch stays a function of its end offset, replayable. Two
+    exceptions bring more than ``room``: the rows due in one millisecond come together, and
+    the batch time is above ``start_ts`` (rows a late timer made due at or before it come
+    along), so that every batch moves on."""
+    if len(due) <= room:
+        return end_ts, [i for i, _ in due]
+    times = sorted(d for _, d in due)
+    ts = max(times[room] - 1, times[0], start_ts + 1)
+    return ts, [i for i, d in due if d <= ts]

@@ -8,9 +8,9 @@ master's JSON status page lists N alive workers.
 
 Command line (used by the Makefile)::
 
-    python -m cassieq_spark.local_spark up --workers 2 --worker-cores 1
-    python -m cassieq_spark.local_spark status
-    python -m cassieq_spark.local_spark down
+    python -m cassieq_dev.local_spark up --workers 2 --worker-cores 1
+    python -m cassieq_dev.local_spark status
+    python -m cassieq_dev.local_spark down
 
 From Python::
 
@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import psutil
 
 from cassieq_spark.errors import CassieQError
 
@@ -88,12 +90,13 @@ class Daemon:
         except (OSError, ValueError):
             return None
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
+            process = psutil.Process(pid)
+            cmdline = " ".join(process.cmdline())
+            state = process.status()
+        except psutil.Error:
             return None
         marker = f"-Dcassieq.spark.daemon={self.base_dir}/{self.name} "
-        if state in ("Z", "X") or marker not in cmdline + " ":
+        if state in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) or marker not in cmdline + " ":
             return None
         return pid
 
@@ -335,7 +338,7 @@ def _out(message: object, error: bool = False) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cassieq_spark.local_spark")
+    parser = argparse.ArgumentParser(prog="python -m cassieq_dev.local_spark")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("up", "start a master and N workers (idempotent); print the master URL"),

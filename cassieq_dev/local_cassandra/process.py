@@ -14,6 +14,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+import psutil
+
 from .config import (
     CONSOLE_FILE,
     LIB_DIR,
@@ -65,14 +67,11 @@ def check_lib_dir(lib_dir: Path = LIB_DIR) -> None:
 
 
 def read_rss_bytes(pid: int) -> int | None:
-    """Resident memory of ``pid`` from /proc/<pid>/status, or None."""
+    """Resident memory of ``pid``, or None when it is gone or not ours to read."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
         return None
-    return None
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -84,19 +83,17 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 def _cmdline(pid: int) -> str:
     try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
 def _is_zombie(pid: int) -> bool:
+    """True when ``pid`` is gone or a zombie (exited, not yet reaped): not a live node."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
 def read_pid(node_dir: Path) -> int | None:

@@ -1,4 +1,4 @@
-"""``python -m cassieq_spark.local_cassandra up|down|status`` (used by the Makefile and CI)."""
+"""``python -m cassieq_dev.local_cassandra up|down|status`` (used by the Makefile and CI)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _base_dirs(args: argparse.Namespace) -> list[Path]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cassieq_spark.local_cassandra")
+    parser = argparse.ArgumentParser(prog="python -m cassieq_dev.local_cassandra")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start N nodes (idempotent) and wait until they answer CQL")
     up.add_argument("--nodes", type=int, default=1)

@@ -8,9 +8,9 @@ Python process that launched it.
 
 Command line (used by the Makefile)::
 
-    python -m cassieq_spark.local_cassandra up --nodes 1 --port 9042 [--heap 512M]
-    python -m cassieq_spark.local_cassandra status
-    python -m cassieq_spark.local_cassandra down
+    python -m cassieq_dev.local_cassandra up --nodes 1 --port 9042 [--heap 512M]
+    python -m cassieq_dev.local_cassandra status
+    python -m cassieq_dev.local_cassandra down
 
 From Python::
 

@@ -1,0 +1,7 @@
+"""``python -m cassieq_dev.local_cassandra``: see cli.py."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
