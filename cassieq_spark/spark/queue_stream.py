@@ -60,7 +60,7 @@ class QueueStream:
         return o.queue == self.queue.name and o.incarnation == str(self.queue.queue_id)
 
     def check(self, o: SourceOffset) -> None:
-        """Fail unless ``o``, an offset of the checkpoint, belongs to this queue (F24)."""
+        """Fail unless ``o``, an offset of the checkpoint, belongs to this queue."""
         o.check_queue(self.queue.name, self.queue.queue_id)
 
     def require_alive(self, s: SourceOffset) -> None:

@@ -1,4 +1,4 @@
-"""The queue a streaming query's sink writes to, recorded in its checkpoint (finding F28).
+"""The queue a streaming query's sink writes to, recorded in its checkpoint.
 
 A query restarted from its checkpoint replays its last uncommitted micro-batch, and the sink
 finds that batch's blocks by key in the queue it writes to. Pointed at another queue (another

@@ -8,7 +8,7 @@ its own offset in the query's offset, its own lease, its own acks. What maps ont
 * ``initialOffset``/``latestOffset`` are the engine's stream positions as offsets
   (``offset.py``: the queue and its incarnation added, so a checkpoint used with another queue,
   or after the queue was deleted and created again, fails with CheckpointMismatchError before
-  anything is acked, finding F24). A read limit (``maxMessagesPerTrigger``) caps the engine's
+  anything is acked). A read limit (``maxMessagesPerTrigger``) caps the engine's
   plan; ``Trigger.AvailableNow`` gives it a target (``prepareForTriggerAvailableNow``).
 * **Ack on commit**: Spark calls ``latestOffset(start)`` for batch N+1 only after batch N's sink
   commit and commit log, so everything below ``start`` is committed; the engine's planning acks
@@ -164,7 +164,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
 
     def _keep(self, qs: QueueStream, o: SourceOffset) -> bool:
-        """Whether the checkpoint's offset ``o`` belongs to the queue read now (F24). A named
+        """Whether the checkpoint's offset ``o`` belongs to the queue read now. A named
         queue's must (CheckpointMismatchError); a pattern's queue, or one no longer named, that
         was deleted and created again since is another queue: a pattern reads it from its
         start."""
@@ -177,7 +177,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def _alive(self, qs: QueueStream, s: SourceOffset) -> bool:
-        """A queue deleted while the query runs (F23): a named one fails the query, a pattern's
+        """A queue deleted while the query runs: a named one fails the query, a pattern's
         one is no longer read."""
         if not self._pattern:
             qs.require_alive(s)

@@ -1,7 +1,7 @@
 """The client's timer path: messages that come back through their timers (expired deliveries,
 delayed messages), from the invisibility pointer up to now.
 
-Its cost is bounded whatever the backlog (finding F18): the due rows are read a growing window
+Its cost is bounded whatever the backlog: the due rows are read a growing window
 at a time, never more than ``TIMER_READ_WINDOW`` at once; ids this client knows to be held are
 not read again before they are due, nor the ones it acked itself; and it gives up after
 ``MAX_LOST_CLAIMS`` lost claims (each lost claim costs a Paxos round and leaves a timer behind).

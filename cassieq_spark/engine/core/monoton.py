@@ -101,7 +101,7 @@ class Horizon:
 
 def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     """The counter, read through the sentinel row: a read of the partition's first row
-    would walk every tombstone that closed reservations left (finding F16)."""
+    would walk every tombstone that closed reservations left."""
     cql = "SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?"
     if serial:
         # At the serial level the read finishes any Paxos round in progress on the partition:
@@ -478,7 +478,7 @@ def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> R
 
     The key is claimed with a compare-and-set after the block is reserved. If its reply is
     lost, or the driver sends it twice, the key may already name *our* block: the ``lo``
-    decides, never "not applied" alone (that was a whole chunk lost: finding F1).
+    decides, never "not applied" alone (that was a whole chunk lost).
     """
     found = find_keyed(conn, queue, key)
     if found is not None:

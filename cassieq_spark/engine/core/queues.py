@@ -163,14 +163,14 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
         except QueueNotFoundError:
             pass
     if s["dead_letter_queue"]:
-        # A dead-letter queue that does not exist would fail the first message that needs it
-        # (finding F13); the delete of a referenced queue is caught at dead-letter time.
+        # A dead-letter queue that does not exist would fail the first message that needs it;
+        # the delete of a referenced queue is caught at dead-letter time.
         _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
     qid = uuid.uuid4()
     # The incarnation's pointers and counter go in first: until the queue row below names
     # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a
-    # queue without them (finding F20). Stamped with timestamp 1, they lose to any later
-    # write, compare-and-sets included, whatever the creator's clock says (F9). The
+    # queue without them. Stamped with timestamp 1, they lose to any later
+    # write, compare-and-sets included, whatever the creator's clock says. The
     # invisibility pointer starts at slot 0: the first consumer moves it to its own "now".
     init = conn.execute_async(
         "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, 0) "

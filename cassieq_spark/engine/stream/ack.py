@@ -1,9 +1,9 @@
-"""Acking a committed stream batch: what it delivered, nothing else (finding F12).
+"""Acking a committed stream batch: what it delivered, nothing else.
 
 Plain messages (never delayed, never delivered to a client) are acked by the reader pointer
 moving past them: one fenced compare-and-set per batch, no per-message write. Cassandra counts
 them; only rows that were delayed or delivered to a client come back to the driver, so its work
-follows those, not the batch size (finding F17). Each of those, and each timer-path delivery,
+follows those, not the batch size. Each of those, and each timer-path delivery,
 gets ``acked = true``.
 
 A row counts as delivered when it passes the reading rule (``read.py``) *and* its
@@ -21,7 +21,7 @@ the pointer alone; clients move it over acked rows by themselves later.
 Every write here is fenced by the consumer lease (``lease.py``): the pointer moves are
 compare-and-sets conditioned on it, and the lease is renewed right before the plain writes.
 An ``acked`` cell on a queue with a message TTL carries what is left of the message's own, so
-it expires with the message (F19).
+it expires with the message.
 
 The queue's ``acked`` counter counts what the batch delivered: the plain rows Cassandra
 counts, less every row that is not plain, and those of the others that the ack marks. Rows

@@ -14,9 +14,9 @@ processor committed it (``ack.py``). A batch ``(start, end]`` between two
 ``monoton`` (lowest open, young reservation). Reservations older than the queue's repair
 timeout are handed to repair *before* a batch passes them, and every batch excludes those
 ranges, so repair's republish never duplicates a delivered message. A batch starts at the
-queue's reader pointer if another consumer moved it past the previous end (finding F26), and
+queue's reader pointer if another consumer moved it past the previous end, and
 its time is Cassandra's, never the caller's (a clock running ahead would deliver delayed
-messages early: finding F29). With a target (a run that ends once it has consumed what was
+messages early). With a target (a run that ends once it has consumed what was
 there when it started), planning waits for blocks still being written below the target.
 
 **Ack on commit.** The caller plans batch N+1 only after batch N is committed, so planning acks
@@ -113,7 +113,7 @@ class StreamConsumer:
         self._acks = BatchAck(conn, queue, self.lease, self.timers)
         self.target: Position | None = None  # where this run ends, if it does
         # Abandoned reservations this run handed to repair; only those above the last start
-        # can come up again, so the set is pruned as the stream moves (finding F21).
+        # can come up again, so the set is pruned as the stream moves.
         self._recorded: set[tuple[int, int]] = set()
         self._acked: Position | None = None  # the last position acked by this run
         # (start, end) of the batch planned last, with its timer path: batch() reuses it
@@ -199,7 +199,7 @@ class StreamConsumer:
 
     def fix_target(self) -> Position:
         """Make this run end at everything reserved by now, including blocks still being
-        written: planning waits for those rather than ending the run before them (F23)."""
+        written: planning waits for those rather than ending the run before them."""
         self.lease.ensure()
         end = monoton.counter(self.conn, self.queue)
         self.target = Position(end, end, self.clock.now_ms())
@@ -258,7 +258,7 @@ class StreamConsumer:
 
     def _window(self, from_id: int, max_rows: int | None) -> int | None:
         """How far ahead planning looks for reservations: the cost of planning then follows
-        the batch, not the backlog (F17). Unlimited batches look at everything."""
+        the batch, not the backlog. Unlimited batches look at everything."""
         window = None
         if self.target is not None:
             window = max(1, self.target.id - from_id)

@@ -8,13 +8,13 @@ last. The pair is the run's *fencing token*:
   on owner and token, and the plain ``acked = true`` writes of a batch follow a renewal that is
   conditioned the same way, so a run that lost the lease (it lapsed and another query took
   it, or a later run of the same consumer took over) acks nothing more and fails with
-  :class:`~cassieq_spark.errors.QueueBusyError` (finding F14);
+  :class:`~cassieq_spark.errors.QueueBusyError`;
 * renewals only extend a lease the run holds; they never take a free one, so a renewal that
-  races with :meth:`Lease.release` cannot take the lease back (finding F21).
+  races with :meth:`Lease.release` cannot take the lease back.
 
 Times are Cassandra's (:class:`ClusterClock`), not the driver's: a driver whose wall clock runs
 ahead could otherwise write a lease that blocks clients for as long as its clock is off, and
-offsets that deliver delayed messages early (finding F29).
+offsets that deliver delayed messages early.
 """
 
 from __future__ import annotations

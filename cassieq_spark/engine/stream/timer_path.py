@@ -4,7 +4,7 @@ path are due, found through their timers.
 A batch starting at ``start_ts`` looks at the timer slots ``[timer_scan_start(start_ts),
 slot(end_ts)]``: ``TIMER_SETTLE_SLOTS`` back before the previous batch's time, because a client
 whose clock is a little behind can write a due time there after that batch was planned, and
-the message must still come (finding F12). Planning and acking scan the same slots, so
+the message must still come. Planning and acking scan the same slots, so
 candidates found acked or dead are remembered (with their slot) and not read again while their
 slot stays in the scan window.
 """

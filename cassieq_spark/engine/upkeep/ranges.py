@@ -7,7 +7,7 @@ Repair waits the repair timeout once more (a slow writer may still land), then:
   reservation keyed by its original id, so two repairs at once, or a repair killed and rerun,
   republish it exactly once. Repair owns *every* such row: the Spark source never delivers a
   row of a skipped range, so a delayed row, or one a client holds, would otherwise stay
-  forever and pin the repair pointer (finding F3). A delayed row is taken over (a
+  forever and pin the repair pointer. A delayed row is taken over (a
   compare-and-set marks it dead, ``moved = 'repair'``) and republished with the delay it has
   left; a row a client holds is left until its visibility timeout passes (the range stays
   not done), then taken over the same way;

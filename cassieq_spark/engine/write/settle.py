@@ -4,10 +4,10 @@ repair and other attempts that share it (see ``writes.py`` for the whole story).
 * A close that loses to a reader's skip (or a write into a block already skipped) pushes back
   the repair of the block's range (:func:`restart_repair_clock`), so repair republishes what
   was written; a range already repaired leaves the rows :func:`undelivered` by anyone, to be
-  written again (finding F2).
+  written again.
 * Only the attempt that reserved a block rolls it back (:func:`roll_back`), and that rollback
   and another attempt's close are compare-and-sets on the reservation row's ``released``:
-  exactly one wins (finding F4).
+  exactly one wins.
 """
 
 from __future__ import annotations
