@@ -18,8 +18,8 @@ from .. import validate
 from ..config import CONNECTION_OPTIONS, ConnectionConfig, connection_from_options
 from ..config import validate_queue_name as _validate_queue_name
 from ..engine.core import monoton, queues
-from ..engine.core.buckets import DEFAULT_BUCKET_SIZE
-from ..engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from ..engine.core.queues import DEFAULT_SETTINGS as DEFAULTS
+from ..engine.core.queues import QueueInfo
 from ..engine.store import schema
 from ..engine.store.session import Connection
 from ..engine.stream.start import StartingPosition
@@ -176,14 +176,20 @@ def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonO
     if create:
         dlq = o.get("deadletterqueue")
         settings = {
-            "bucket_size": _int(o, "bucketsize", "bucketSize", DEFAULT_BUCKET_SIZE, None),
-            "max_delivery_count": _int(o, "maxdeliverycount", "maxDeliveryCount", 5, None),
-            "visibility_timeout": _float(o, "visibilitytimeout", "visibilityTimeout", 30.0, None),
-            "repair_timeout": _float(o, "repairtimeout", "repairTimeout", 15.0, None),
+            "bucket_size": _int(o, "bucketsize", "bucketSize", DEFAULTS.bucket_size, None),
+            "max_delivery_count": _int(
+                o, "maxdeliverycount", "maxDeliveryCount", DEFAULTS.max_delivery_count, None
+            ),
+            "visibility_timeout": _float(
+                o, "visibilitytimeout", "visibilityTimeout", DEFAULTS.visibility_timeout, None
+            ),
+            "repair_timeout": _float(
+                o, "repairtimeout", "repairTimeout", DEFAULTS.repair_timeout, None
+            ),
             "dead_letter_queue": str(dlq) if dlq else None,  # checked whole by create_queue
             "message_ttl": _int(o, "messagettl", "messageTtl", None, None),
             "max_payload_bytes": _int(
-                o, "maxpayloadbytes", "maxPayloadBytes", DEFAULT_MAX_PAYLOAD_BYTES, None
+                o, "maxpayloadbytes", "maxPayloadBytes", DEFAULTS.max_payload_bytes, None
             ),
         }
         try:

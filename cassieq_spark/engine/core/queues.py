@@ -31,11 +31,11 @@ CREATE_ATTEMPTS = 3  # writes of the queue row that timed out before they ran
 
 
 @dataclass(frozen=True)
-class QueueInfo:
-    """A queue's settings. ``queue_id`` names the incarnation (new after delete + create)."""
+class QueueSettings:
+    """What a queue is created with: the one place the defaults are written. The client, the
+    command line, the Spark options and the HTTP service take their defaults from
+    :data:`DEFAULT_SETTINGS`."""
 
-    name: str
-    queue_id: uuid.UUID
     bucket_size: int = DEFAULT_BUCKET_SIZE
     max_delivery_count: int = 5
     visibility_timeout: float = 30.0
@@ -43,6 +43,24 @@ class QueueInfo:
     dead_letter_queue: str | None = None
     message_ttl: int | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+
+
+DEFAULT_SETTINGS = QueueSettings()
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's settings. ``queue_id`` names the incarnation (new after delete + create)."""
+
+    name: str
+    queue_id: uuid.UUID
+    bucket_size: int = DEFAULT_SETTINGS.bucket_size
+    max_delivery_count: int = DEFAULT_SETTINGS.max_delivery_count
+    visibility_timeout: float = DEFAULT_SETTINGS.visibility_timeout
+    repair_timeout: float = DEFAULT_SETTINGS.repair_timeout
+    dead_letter_queue: str | None = None
+    message_ttl: int | None = None
+    max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes
     created_at: dt.datetime | None = None
 
     def as_dict(self) -> dict:
