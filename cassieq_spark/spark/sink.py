@@ -8,7 +8,9 @@ a replay): this module only says what the key is and how Spark's parts map onto 
 query id and batch id beside it: ``_write_key``). Spark replays a micro-batch with the same
 batch id after a crash and retries failed tasks, so a replay or a retry asks for the same keys
 and writes each row once; a replay with other rows fails with ``ReplayMismatchError`` unless
-``replayMismatch=writeAgain``. The input is checked in ``sink_input.py``.
+``replayMismatch=writeAgain``. The task pulls its input: ``sink_input.py`` checks Spark's
+Arrow batches or rows into slices (it sees the input's layout, option 'queue' and a queue
+resolver, never the task), and the keyed write adds each slice before it asks for the next.
 
 Observability: the query progress (and so any ``StreamingQueryListener``) reports the rows
 handed to the sink per micro-batch as ``progress.sink.numOutputRows``; the driver-side
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -55,11 +57,11 @@ from pyspark.sql.types import StructType
 from ..engine.core.queues import QueueInfo
 from ..engine.store.schema import require_schema
 from ..engine.store.session import shared_connection
-from ..engine.write.keyed_write import KeyedWrite
+from ..engine.write.keyed_write import KeyedWrite, Slice
 from ..engine.write.routed_write import QueueResolver, RoutedReport, RoutedWrite
 from ..errors import CassieQError, ConfigError
 from .options import SinkOptions, resolve_queue, sink_options
-from .sink_input import InputLayout, arrow_slices, check_input_schema, row_slices
+from .sink_input import InputCheck, InputLayout, arrow_slices, check_input_schema, row_slices
 from .sink_target import Target, check_target
 
 log = logging.getLogger(__name__)
@@ -170,16 +172,19 @@ def _keyed(plan: SinkPlan, queue: QueueInfo, key: tuple[int, str, str]) -> dict:
 
 
 class TaskWrite(KeyedWrite):
-    """One Spark task's keyed write to option 'queue': its key comes from the task's context."""
+    """One Spark task's keyed write to option 'queue': its key comes from the task's context.
+    ``input`` checks its rows (:func:`arrow_slices`, :func:`row_slices`)."""
 
     def __init__(self, plan: SinkPlan, partition: int | None = None):
-        assert plan.queue is not None
+        if plan.queue is None:
+            raise ValueError("a TaskWrite writes to option 'queue': plan.queue must be set")
         super().__init__(**_keyed(plan, plan.queue, _task_key(plan, partition)))
         self.plan = plan
+        self.input = InputCheck(plan.layout, plan.queue, partition=self.partition)
 
-    def run(self, feed: Iterable[None]) -> CassieQCommitMessage:
-        """``feed`` fills the task (``sink_input``); anything that fails rolls it back."""
-        r = super().run(feed)
+    def run(self, slices: Iterable[Slice]) -> CassieQCommitMessage:
+        """Pull ``slices`` (checked rows) and write them; anything that fails rolls it back."""
+        r = super().run(slices)
         return CassieQCommitMessage(**vars(r), queues={self.queue.name: (r.written, r.replayed)})
 
 
@@ -197,9 +202,11 @@ class RoutedTask(RoutedWrite):
         )
         super().__init__(resolver, lambda q: KeyedWrite(**_keyed(plan, q, key)), partition=key[0])
         self.plan = plan
+        self.input = InputCheck(plan.layout, plan.queue, resolver.resolve, self.partition)
 
-    def run(self, feed: Iterable[None]) -> CassieQCommitMessage:
-        return CassieQCommitMessage(**vars(super().run(feed)))
+    def run(self, slices: Iterable[Slice]) -> CassieQCommitMessage:
+        """Pull ``slices`` (checked rows naming their queues) and write each to its queue."""
+        return CassieQCommitMessage(**vars(super().run(slices)))
 
 
 # -- driver-side commit ---------------------------------------------------------------------
@@ -232,16 +239,20 @@ class _Base:
     def __init__(self, plan: SinkPlan):
         self.plan = plan
 
-    def _task(self) -> TaskWrite | RoutedTask:
-        return RoutedTask(self.plan) if self.plan.layout.queue is not None else TaskWrite(self.plan)
+    def _run(
+        self, slices: Callable[[InputCheck, Iterator], Iterator[Slice]], iterator: Iterator
+    ) -> CassieQCommitMessage:
+        """One task: a routed write when the input has a ``queue`` column, else a keyed write
+        to option 'queue'; either pulls the task's checked slices."""
+        task: TaskWrite | RoutedTask
+        task = RoutedTask(self.plan) if self.plan.layout.queue is not None else TaskWrite(self.plan)
+        return task.run(slices(task.input, iterator))
 
     def _run_rows(self, iterator: Iterator) -> CassieQCommitMessage:
-        task = self._task()
-        return task.run(row_slices(task, iterator))
+        return self._run(row_slices, iterator)
 
     def _run_arrow(self, iterator: Iterator) -> CassieQCommitMessage:
-        task = self._task()
-        return task.run(arrow_slices(task, iterator))
+        return self._run(arrow_slices, iterator)
 
 
 class CassieQStreamWriter(_Base, DataSourceStreamWriter):

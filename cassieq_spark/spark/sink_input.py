@@ -1,16 +1,19 @@
 """What the cassieq sink takes from Spark: the input schema, checked on the driver, and the rows
-of a task, checked and converted slice by slice (Arrow record batches or rows) into what
-``engine/write/keyed_write.py`` writes.
+of a task, checked and converted slice by slice (Arrow record batches or rows) into the
+:class:`~cassieq_spark.engine.write.keyed_write.Slice` values a keyed or routed write pulls.
 
-Every refusal names the column and the row (its 0-based position in the task's partition), so
-a user finds the bad row; a task that fails here rolls back what it wrote (see ``sink.py``).
+The row checks need only an :class:`InputCheck`: where the columns are (:class:`InputLayout`),
+the queue of option 'queue' and a way to resolve the queues a ``queue`` column names; they
+never touch the write. A slice is checked whole before it is yielded, so a bad row fails the
+task with nothing of its slice handed on. Every refusal names the column and the row (its
+0-based position in the task's partition), so a user finds the bad row; a task that fails
+here rolls back what it wrote (see ``sink.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,14 +32,10 @@ from pyspark.sql.types import (
 from .. import validate
 from ..config import validate_queue_name
 from ..engine.core.queues import QueueInfo
+from ..engine.write.keyed_write import Slice
 from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
 from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
-
-if TYPE_CHECKING:
-    from .sink import RoutedTask, TaskWrite
-
-    Task: TypeAlias = TaskWrite | RoutedTask
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 
@@ -124,11 +123,24 @@ def check_input_schema(schema: StructType) -> InputLayout:
 # -- a task's rows (executors) ----------------------------------------------------------------
 
 
-def _where(partition: int, position: int) -> str:
-    return f"row {position} (0-based) of partition {partition}"
+@dataclass(frozen=True)
+class InputCheck:
+    """What checking one task's rows needs: the columns' places, the queue of option 'queue'
+    (``default_queue``; None: every row's ``queue`` column must name one) and ``resolve``, a
+    queue name to its :class:`QueueInfo` (looked up, or created with createQueue=true; raises
+    ``QueueNotFoundError``), used only when the input has a ``queue`` column. ``partition``
+    names the task's partition in errors."""
+
+    layout: InputLayout
+    default_queue: QueueInfo | None
+    resolve: Callable[[str], QueueInfo] | None = None
+    partition: int = 0
+
+    def where(self, position: int) -> str:
+        return f"row {position} (0-based) of partition {self.partition}"
 
 
-def _headers(h: dict | None, partition: int, position: int) -> dict | None:
+def _headers(h: dict | None, check: InputCheck, position: int) -> dict | None:
     """A row's headers within the limits of the client's (count, bytes), the row named."""
     if not h:
         return None
@@ -136,79 +148,97 @@ def _headers(h: dict | None, partition: int, position: int) -> dict | None:
     try:
         return validate.headers(h)
     except ConfigError as exc:
-        raise type(exc)(f"column 'headers' at {_where(partition, position)}: {exc}") from None
+        raise type(exc)(f"column 'headers' at {check.where(position)}: {exc}") from None
 
 
 def _first_true(mask: pa.Array) -> int:
     return int(pc.index(mask, True).as_py())
 
 
-def _route(task: Task, names: list[str | None], base: int) -> tuple[list[str], list[int]]:
-    """Each row's queue (option 'queue' where the column is null) and its payload limit.
-    Every distinct queue is checked and resolved (created with createQueue=true) before any
-    row of the slice is handed on, so an unknown one fails with nothing of the slice added."""
-    default = task.plan.options.default_queue
-    first: dict[str, int] = {}
-    dests: list[str] = []
-    for i, n in enumerate(names):
-        if n is None:
-            if default is None:
-                raise ConfigError(
-                    f"column 'queue' is null at {_where(task.partition, base + i)} and option "
-                    "'queue' (the queue of such rows) is not set; set it or fill the column"
-                )
-            n = default
-        if n not in first:
-            first[n] = i
-            if n not in task.resolver.infos:  # type: ignore[union-attr]
-                validate_queue_name(
-                    n, f"queue name (column 'queue' at {_where(task.partition, base + i)})"
-                )
-        dests.append(n)
-    infos: dict[str, QueueInfo] = {}
-    for n, i in first.items():
-        try:
-            infos.update(task.resolve([n]))  # type: ignore[union-attr]
-        except QueueNotFoundError as exc:
-            raise QueueNotFoundError(
-                f"column 'queue' at {_where(task.partition, base + i)}: {exc}"
-            ) from None
-    return dests, [infos[d].max_payload_bytes for d in dests]
+class _Router:
+    """Each row's queue for one task: option 'queue' where the column is null, names checked
+    once (a queue already resolved is not checked again) and resolved once."""
+
+    def __init__(self, check: InputCheck):
+        if check.resolve is None:
+            raise ValueError("an input with a 'queue' column needs InputCheck.resolve")
+        self.check = check
+        self.resolve = check.resolve
+        q = check.default_queue
+        self.infos: dict[str, QueueInfo] = {q.name: q} if q is not None else {}
+
+    def route(self, names: list[str | None], base: int) -> tuple[list[str], list[int]]:
+        """Each row's queue and its payload limit. Every distinct queue of the rows is checked
+        and resolved before they are handed on, so an unknown one fails with nothing of the
+        slice added."""
+        check = self.check
+        default = check.default_queue
+        first: dict[str, int] = {}
+        dests: list[str] = []
+        for i, n in enumerate(names):
+            if n is None:
+                if default is None:
+                    raise ConfigError(
+                        f"column 'queue' is null at {check.where(base + i)} and option 'queue' "
+                        "(the queue of such rows) is not set; set it or fill the column"
+                    )
+                n = default.name
+            if n not in first:
+                first[n] = i
+                if n not in self.infos:
+                    validate_queue_name(
+                        n, f"queue name (column 'queue' at {check.where(base + i)})"
+                    )
+            dests.append(n)
+        for n, i in first.items():
+            if n in self.infos:
+                continue
+            try:
+                self.infos[n] = self.resolve(n)
+            except QueueNotFoundError as exc:
+                raise QueueNotFoundError(
+                    f"column 'queue' at {check.where(base + i)}: {exc}"
+                ) from None
+        return dests, [self.infos[d].max_payload_bytes for d in dests]
 
 
-def _limit_error(task: Task, where: int, size: int, queue: str, limit: int) -> PayloadTooLargeError:
+def _limit_error(
+    check: InputCheck, where: int, size: int, queue: str, limit: int
+) -> PayloadTooLargeError:
     return PayloadTooLargeError(
-        f"column 'value' at {_where(task.partition, where)} has {size} bytes; queue {queue!r} "
+        f"column 'value' at {check.where(where)} has {size} bytes; queue {queue!r} "
         f"allows at most {limit} (maxPayloadBytes)"
     )
 
 
-def _add(task: Task, dests: list[str] | None, payloads, headers, delays, sizes) -> None:
-    if dests is None:
-        task.add(payloads, headers, delays, sizes)  # type: ignore[call-arg]
-    else:
-        task.add(dests, payloads, headers, delays, sizes)  # type: ignore[call-arg,arg-type]
+def _default(check: InputCheck) -> QueueInfo:
+    """Option 'queue', the queue of every row of an input without a ``queue`` column."""
+    if check.default_queue is None:
+        raise ValueError("an input without a 'queue' column needs InputCheck.default_queue")
+    return check.default_queue
 
 
-def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None]:
-    """Feed ``task`` from Arrow record batches, one ``None`` per batch fed."""
-    layout = task.plan.layout
-    queue = task.plan.queue
+def arrow_slices(check: InputCheck, batches: Iterable[pa.RecordBatch]) -> Iterator[Slice]:
+    """One checked :class:`Slice` per non-empty Arrow record batch of ``batches``."""
+    layout = check.layout
+    router = _Router(check) if layout.queue is not None else None
+    queue = None if router is not None else _default(check)
+    base = 0  # rows handed on so far
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        base = task.position
         dests: list[str] | None = None
-        if layout.queue is not None:
-            dests, limits = _route(task, rb.column(layout.queue).to_pylist(), base)
+        if router is not None:
+            assert layout.queue is not None
+            dests, limits = router.route(rb.column(layout.queue).to_pylist(), base)
         else:
-            assert queue is not None  # no queue column: option 'queue' names every row's queue
+            assert queue is not None
             limits = [queue.max_payload_bytes] * rb.num_rows
         value = rb.column(layout.value)
         if value.null_count:
             i = _first_true(pc.is_null(value))
             raise ConfigError(
-                f"column 'value' is null at {_where(task.partition, base + i)}; every message "
+                f"column 'value' is null at {check.where(base + i)}; every message "
                 "needs a payload (filter or fill nulls before writing)"
             )
         if layout.value_is_string:
@@ -219,8 +249,8 @@ def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None
         over = pc.greater(lengths, pa.array(limits, pa.int64()))
         if pc.any(over).as_py():
             i = _first_true(over)
-            name = dests[i] if dests else task.plan.queue.name  # type: ignore[union-attr]
-            raise _limit_error(task, base + i, lengths[i].as_py(), name, limits[i])
+            name = dests[i] if dests is not None else _default(check).name
+            raise _limit_error(check, base + i, lengths[i].as_py(), name, limits[i])
         headers = None
         if layout.headers is not None:
             col = rb.column(layout.headers)
@@ -230,11 +260,9 @@ def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None
                         if h and any(v is None for _, v in h):
                             raise ConfigError(
                                 f"column 'headers' has a null value at "
-                                f"{_where(task.partition, base + i)}; header values must be strings"
+                                f"{check.where(base + i)}; header values must be strings"
                             )
-                headers = [
-                    _headers(h, task.partition, base + i) for i, h in enumerate(col.to_pylist())
-                ]
+                headers = [_headers(h, check, base + i) for i, h in enumerate(col.to_pylist())]
         delays = None
         if layout.delay is not None:
             # Unsafe: a bigint beyond 2**53 becomes the nearest double instead of a raw
@@ -247,69 +275,70 @@ def arrow_slices(task: Task, batches: Iterator[pa.RecordBatch]) -> Iterator[None
             if pc.any(bad).as_py():
                 i = _first_true(bad)
                 raise ConfigError(
-                    f"column 'delay' is {d[i].as_py()} at {_where(task.partition, base + i)}; "
+                    f"column 'delay' is {d[i].as_py()} at {check.where(base + i)}; "
                     f"it must be a finite number of seconds from 0 to {MAX_DELAY_SECONDS:g}"
                 )
             if pc.max(d).as_py() > 0:
                 delays = d.to_pylist()
-        _add(task, dests, value.to_pylist(), headers, delays, lengths.to_pylist())
-        yield None
+        yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests)
+        base += rb.num_rows
 
 
-def row_slices(task: Task, rows: Iterator) -> Iterator[None]:
-    """Feed ``task`` from Spark rows, ``ROWS_PER_SLICE`` at a time."""
-    layout = task.plan.layout
-    queue = task.plan.queue
+def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
+    """Checked :class:`Slice` values of ``ROWS_PER_SLICE`` Spark rows each (the last one
+    shorter)."""
+    layout = check.layout
     vi, hi_, di, qi = layout.value, layout.headers, layout.delay, layout.queue
-    dests: list[str] | None = [] if qi is not None else None
+    router = _Router(check) if qi is not None else None
+    queue = None if router is not None else _default(check)
+    dests: list[str] | None = [] if router is not None else None
     payloads: list[bytes] = []
-    headers: list | None = [] if hi_ is not None else None
-    delays: list | None = [] if di is not None else None
+    headers: list[dict | None] | None = [] if hi_ is not None else None
+    delays: list[float] | None = [] if di is not None else None
     sizes: list[int] = []
     any_delay = False
     for pos, row in enumerate(rows):
         v = row[vi]
         if v is None:
             raise ConfigError(
-                f"column 'value' is null at {_where(task.partition, pos)}; every message "
+                f"column 'value' is null at {check.where(pos)}; every message "
                 "needs a payload (filter or fill nulls before writing)"
             )
         data = v.encode("utf-8") if isinstance(v, str) else bytes(v)
-        if dests is not None:
-            (dest,), (limit,) = _route(task, [row[qi]], pos)
+        if router is not None and dests is not None:
+            (dest,), (limit,) = router.route([row[qi]], pos)
             dests.append(dest)
         else:
-            dest, limit = queue.name, queue.max_payload_bytes  # type: ignore[union-attr]
+            assert queue is not None
+            dest, limit = queue.name, queue.max_payload_bytes
         if len(data) > limit:
-            raise _limit_error(task, pos, len(data), dest, limit)
+            raise _limit_error(check, pos, len(data), dest, limit)
         payloads.append(data)
         sizes.append(len(data))
         if headers is not None:
             h = row[hi_]
             if h and any(x is None for x in h.values()):
                 raise ConfigError(
-                    f"column 'headers' has a null value at {_where(task.partition, pos)}; "
+                    f"column 'headers' has a null value at {check.where(pos)}; "
                     "header values must be strings"
                 )
-            headers.append(_headers(h, task.partition, pos))
+            headers.append(_headers(h, check, pos))
         if delays is not None:
             d = row[di]
             d = 0.0 if d is None else float(d)
             if not (0 <= d <= MAX_DELAY_SECONDS):
                 raise ConfigError(
-                    f"column 'delay' is {d} at {_where(task.partition, pos)}; it must be a "
+                    f"column 'delay' is {d} at {check.where(pos)}; it must be a "
                     f"finite number of seconds from 0 to {MAX_DELAY_SECONDS:g}"
                 )
             any_delay = any_delay or d > 0
             delays.append(d)
         if len(payloads) >= ROWS_PER_SLICE:
-            _add(task, dests, payloads, headers, delays if any_delay else None, sizes)
-            yield None
+            yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)
             payloads, sizes = [], []
-            dests = [] if qi is not None else None
+            dests = [] if router is not None else None
             headers = [] if hi_ is not None else None
             delays = [] if di is not None else None
             any_delay = False
     if payloads:
-        _add(task, dests, payloads, headers, delays if any_delay else None, sizes)
-        yield None
+        yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)

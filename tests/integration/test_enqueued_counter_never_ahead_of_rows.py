@@ -20,7 +20,7 @@ import pytest
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import read_range
 from cassieq_spark.engine.store import faults
-from cassieq_spark.engine.write.keyed_write import KeyedWrite
+from cassieq_spark.engine.write.keyed_write import KeyedWrite, Slice
 
 pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
@@ -54,11 +54,7 @@ def task(q, queue: str) -> KeyedWrite:
 
 
 def run(w: KeyedWrite) -> None:
-    def feed():
-        w.add([b"v"] * N, None, None, [1] * N)
-        yield
-
-    w.run(feed())
+    w.run([Slice([b"v"] * N, None, None, [1] * N)])
 
 
 def test_at_every_step_of_a_sink_task_the_counter_is_not_ahead_of_the_rows(

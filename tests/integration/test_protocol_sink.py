@@ -54,7 +54,7 @@ def _batch(values: list[str]) -> pa.RecordBatch:
 
 def _run(plan: SinkPlan, values: list[str], partition: int = 0):
     task = TaskWrite(plan, partition=partition)
-    return task.run(_arrow_slices(task, iter([_batch(values)])))
+    return task.run(_arrow_slices(task.input, iter([_batch(values)])))
 
 
 def _values(lo: int, hi: int) -> list[str]:
@@ -190,14 +190,15 @@ def test_put_many_whose_block_is_repaired_before_its_rows_land_writes_them_again
 
 def _two_attempts(queue_client, cassieq_options, queue_name, values):
     """A and B run the same task (speculation): A reserves and writes chunk 0, B finds it by
-    key and writes the same rows into it. Returns both with their row feeds half consumed."""
+    key and writes the same rows into it. Returns both, each with its one slice added and not
+    finished."""
     queue_client.create_queue(queue_name, bucket_size=100)
     plan = _plan(queue_client, cassieq_options, queue_name, "spec")
     a, b = TaskWrite(plan), TaskWrite(plan)
-    feed_a = _arrow_slices(a, iter([_batch(values)]))
-    feed_b = _arrow_slices(b, iter([_batch(values)]))
-    next(feed_a)  # chunk 0 (64 rows) reserved by A and written; 36 rows buffered
-    next(feed_b)  # chunk 0 found open under its key, written again by B
+    feed_a = _arrow_slices(a.input, iter([_batch(values)]))
+    feed_b = _arrow_slices(b.input, iter([_batch(values)]))
+    a.add_slice(next(feed_a))  # chunk 0 (64 rows) reserved by A and written; 36 rows buffered
+    b.add_slice(next(feed_b))  # chunk 0 found open under its key, written again by B
     assert a.placed.blocks[0].own and not b.placed.blocks[0].own
     assert a.placed.blocks[0].res.lo == b.placed.blocks[0].res.lo
     return a, b
@@ -362,8 +363,8 @@ def test_lost_replies_everywhere_still_write_each_row_once(
     assert _run(plan, values).written == 150
     assert _run(plan, values).replayed == 150
     a, b = TaskWrite(plan, partition=1), TaskWrite(plan, partition=1)
-    next(_arrow_slices(a, iter([_batch(_values(150, 250))])))
-    next(_arrow_slices(b, iter([_batch(_values(150, 250))])))
+    a.add_slice(next(_arrow_slices(a.input, iter([_batch(_values(150, 250))]))))
+    b.add_slice(next(_arrow_slices(b.input, iter([_batch(_values(150, 250))]))))
     a.rollback()
     with pytest.raises(CassieQError, match="rolled back by another attempt"):
         b.run(iter(()))

@@ -35,7 +35,7 @@ def _write_batch(d, start, end, plan: SinkPlan) -> list[str]:
         values = [f"{r['queue']}:{r['id']}" for b in d.reader.read(part) for r in b.to_pylist()]
         task = TaskWrite(plan, partition=i)
         batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
-        task.run(arrow_slices(task, iter([batch])))
+        task.run(arrow_slices(task.input, iter([batch])))
         written += values
     return written
 

@@ -54,7 +54,7 @@ def _plan(queue_client, cassieq_options, queue_name, write_id: str) -> SinkPlan:
 def _run(plan: SinkPlan, values: list[str], partition: int = 0):
     task = TaskWrite(plan, partition=partition)
     batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
-    return task.run(arrow_slices(task, iter([batch])))
+    return task.run(arrow_slices(task.input, iter([batch])))
 
 
 def _values(lo: int, hi: int) -> list[str]:

@@ -36,7 +36,7 @@ def _task(plan: SinkPlan, partition: int, per_partition: int):
     values = ROWS[partition * per_partition : (partition + 1) * per_partition]
     task = TaskWrite(plan, partition=partition)
     batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
-    return task.run(arrow_slices(task, iter([batch])))
+    return task.run(arrow_slices(task.input, iter([batch])))
 
 
 def _attempt(plan: SinkPlan, partitions: int) -> dict[int, str]:

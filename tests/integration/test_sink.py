@@ -378,7 +378,7 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
 
     task = TaskWrite(plan)
     batch = pa.record_batch([pa.array(values, pa.string())], names=["value"])
-    msg = task.run(_arrow_slices(task, iter([batch])))
+    msg = task.run(_arrow_slices(task.input, iter([batch])))
     assert msg.written == 150 and msg.replayed == 0
     assert msg.blocks[0] == (first.lo, first.hi)
     rows = stored_rows(queue_client, queue_name, include_dead=True)
@@ -387,6 +387,6 @@ def test_task_after_crashed_attempt_rewrites_same_ids(cassieq_options, queue_cli
 
     # and a further replay of the finished task writes nothing
     again = TaskWrite(plan)
-    msg = again.run(_arrow_slices(again, iter([batch])))
+    msg = again.run(_arrow_slices(again.input, iter([batch])))
     assert msg.written == 0 and msg.replayed == 150
     assert len(stored_rows(queue_client, queue_name, include_dead=True)) == 150

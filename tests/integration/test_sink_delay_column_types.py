@@ -26,7 +26,7 @@ def _write(options: dict, delays: list[int]) -> None:
         [pa.array([str(i) for i in range(len(delays))]), pa.array(delays, pa.int64())],
         names=["value", "delay"],
     )
-    task.run(arrow_slices(task, iter([batch])))
+    task.run(arrow_slices(task.input, iter([batch])))
 
 
 def test_a_bigint_delay_beyond_a_double_is_refused_naming_its_row(

@@ -141,11 +141,11 @@ def test_retried_routed_task_writes_each_queue_once(
     faults.on("sink.before_close", crash_in_b)  # a closes first (sorted), then b fails
     task = RoutedTask(plan, partition=0)
     with pytest.raises(RuntimeError):
-        task.run(arrow_slices(task, iter([batch])))
+        task.run(arrow_slices(task.input, iter([batch])))
     faults.reset()
 
     retry = RoutedTask(plan, partition=0)
-    msg = retry.run(arrow_slices(retry, iter([batch])))
+    msg = retry.run(arrow_slices(retry.input, iter([batch])))
     want_a = [v for v, d in zip(values, dests, strict=True) if d == a]
     want_b = [v for v, d in zip(values, dests, strict=True) if d == b]
     assert msg.queues == {a: (0, len(want_a)), b: (len(want_b), 0)}
@@ -155,7 +155,7 @@ def test_retried_routed_task_writes_each_queue_once(
     stored = {q: len(stored_rows(queue_client, q, include_dead=True)) for q in (a, b)}
     assert stored[a] == len(want_a)  # b also holds the rows of its rolled-back attempt, dead
     again = RoutedTask(plan, partition=0)
-    msg = again.run(arrow_slices(again, iter([batch])))
+    msg = again.run(arrow_slices(again.input, iter([batch])))
     assert (msg.written, msg.replayed) == (0, 100)
     assert {q: len(stored_rows(queue_client, q, include_dead=True)) for q in (a, b)} == stored
 

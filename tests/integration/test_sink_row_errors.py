@@ -39,10 +39,10 @@ def write(options: dict, columns: dict[str, list], writer: str = "arrow", **extr
     plan = plan_sink(opts, schema, overwrite=False, streaming=False)
     task = RoutedTask(plan, 0) if plan.layout.queue is not None else TaskWrite(plan, 0)
     if writer == "rows":
-        task.run(row_slices(task, iter(list(zip(*columns.values(), strict=True)))))
+        task.run(row_slices(task.input, iter(list(zip(*columns.values(), strict=True)))))
         return
     arrays = [pa.array(v, TYPES[name][1]) for name, v in columns.items()]
-    task.run(arrow_slices(task, iter([pa.record_batch(arrays, names=list(columns))])))
+    task.run(arrow_slices(task.input, iter([pa.record_batch(arrays, names=list(columns))])))
 
 
 def values(n: int) -> list[str | None]:
@@ -68,10 +68,10 @@ ROWS = [
     ("S45x", {"value": values(300), "headers": [[("big", "h" * 65000)]] * 300}, "arrow", {}, None),
     ("S46x", {"value": values(3), "delay": [43201.0] * 3}, "rows", {}, r"ConfigError: column 'delay' is 43201.0 at row 0 .* from 0 to 43200"),
     ("S50x", {"value": values(1), "headers": [[(str(x), "v") for x in range(1, 1002)]]}, "arrow", {}, r"PayloadTooLargeError: column 'headers' at row 0 .* 1001 entries; at most 1000"),
-    ("S58x", {"value": values(3), "queue": [None, None, P + "nosq"]}, "arrow", {}, r"QueueNotFoundError: column 'queue' at row 2 \(0-based\) of partition 0: queue '\w+nosq' does not exist in keyspace '\w+'; create it .* or set option createQueue=true"),
-    ("S59x", {"value": values(3), "queue": [None, P + "nosq", None]}, "rows", {}, r"QueueNotFoundError: column 'queue' at row 1 \(0-based\) of partition 0: queue '\w+nosq' does not exist"),
+    ("S58x", {"value": values(3), "queue": [None, None, P + "nosq"]}, "arrow", {"routeByColumn": "true"}, r"QueueNotFoundError: column 'queue' at row 2 \(0-based\) of partition 0: queue '\w+nosq' does not exist in keyspace '\w+'; create it .* or set option createQueue=true"),
+    ("S59x", {"value": values(3), "queue": [None, P + "nosq", None]}, "rows", {"routeByColumn": "true"}, r"QueueNotFoundError: column 'queue' at row 1 \(0-based\) of partition 0: queue '\w+nosq' does not exist"),
     ("S61x", {"value": values(3), "queue": [None] * 3}, "arrow", {"queue": None}, r"ConfigError: column 'queue' is null at row 0 \(0-based\) of partition 0 and option 'queue' \(the queue of such rows\) is not set"),
-    ("S62x", {"value": values(3), "queue": [None, "a b", None]}, "arrow", {}, r"ConfigError: invalid queue name \(column 'queue' at row 1 \(0-based\) of partition 0\) 'a b'"),
+    ("S62x", {"value": values(3), "queue": [None, "a b", None]}, "arrow", {"routeByColumn": "true"}, r"ConfigError: invalid queue name \(column 'queue' at row 1 \(0-based\) of partition 0\) 'a b'"),
 ]
 # fmt: on
 

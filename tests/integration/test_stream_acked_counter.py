@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from cassieq_spark.engine.write.keyed_write import KeyedWrite
+from cassieq_spark.engine.write.keyed_write import KeyedWrite, Slice
 
 pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
 
@@ -24,8 +24,7 @@ def failed_write(q, queue: str, n: int) -> None:
     )
 
     def feed():
-        w.add([b"r"] * n, None, None, [1] * n)
-        yield
+        yield Slice([b"r"] * n, None, None, [1] * n)
         raise RuntimeError("injected: the task fails after writing")
 
     with pytest.raises(RuntimeError, match="injected"):

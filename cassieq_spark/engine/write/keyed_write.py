@@ -1,7 +1,10 @@
 """A keyed write: one writer's rows, enqueued exactly once however often the writer is replayed.
 
 This is what a Spark sink task does (``spark/sink.py`` only maps Spark's task onto it), and
-what any batch producer that may run twice needs. The writer buffers its rows into chunks of
+what any batch producer that may run twice needs. The write pulls its input: :meth:`KeyedWrite.run`
+takes an iterable of :class:`Slice` (checked rows, e.g. ``spark/sink_input.py``'s Arrow or row
+slices) and adds each one before it asks for the next, so a slice that fails its checks fails
+the write with every earlier slice buffered or written and nothing of its own. The writer buffers its rows into chunks of
 ``block_size`` rows and reserves one block of ids per chunk under a key (``key_prefix`` plus
 the chunk index; a typical writer has one chunk, so one reservation). A replay of the same
 write asks for the same keys and gets the same blocks back (``writes.py``, ``settle.py``):
@@ -46,6 +49,19 @@ log = logging.getLogger(__name__)
 CHUNK_MAX_BYTES = 32 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Slice:
+    """Checked rows handed to a write, in input order: payload bytes, their lengths (``sizes``),
+    each row's headers and initial delay in seconds (None: no row has any), and each row's
+    queue name (``dests``; None: every row goes to the write's one queue)."""
+
+    payloads: list[bytes]
+    headers: list[dict | None] | None
+    delays: list[float] | None
+    sizes: list[int]
+    dests: list[str] | None = None
+
+
 @dataclass
 class WriteReport:
     """What one attempt of a keyed write did."""
@@ -58,8 +74,8 @@ class WriteReport:
 
 class KeyedWrite:
     """One attempt of a keyed write: chunked keyed blocks, pipelined writes, all-or-nothing
-    close. Feed checked rows with :meth:`add`, then :meth:`finish`; on any failure
-    :meth:`rollback` (or let :meth:`run` do both).
+    close. Feed checked rows with :meth:`add` (or :meth:`add_slice`), then :meth:`finish`; on any
+    failure :meth:`rollback` (or let :meth:`run` pull the slices and do both).
 
     ``what`` and ``partition`` name the write in errors and logs (``partition`` is also part
     of its report); ``mismatch_hint`` is appended to a ``ReplayMismatchError``: what the
@@ -135,6 +151,15 @@ class KeyedWrite:
                 self._flush(self.block)
             else:
                 break
+
+    def add_slice(self, rows: Slice) -> None:
+        """:meth:`add` a slice; its rows must not name queues (that is a routed write's input)."""
+        if rows.dests is not None:
+            raise ValueError(
+                f"{self.what}: a keyed write goes to one queue ({self.queue.name!r}) but the slice "
+                "names each row's queue; write such slices with a RoutedWrite"
+            )
+        self.add(rows.payloads, rows.headers, rows.delays, rows.sizes)
 
     def _flush(self, count: int | None = None) -> None:
         n = len(self.payloads) if count is None else count
@@ -245,12 +270,12 @@ class KeyedWrite:
                     self.queue.name,
                 )
 
-    def run(self, feed: Iterable[None]) -> WriteReport:
-        """Drive ``feed``, which calls :meth:`add` as it goes, then finish; anything that
-        fails rolls the write back."""
+    def run(self, slices: Iterable[Slice]) -> WriteReport:
+        """Pull ``slices`` one at a time into :meth:`add_slice`, then finish; anything that
+        fails (a slice's checks, Cassandra, the close) rolls the write back."""
         try:
-            for _ in feed:
-                pass
+            for rows in slices:
+                self.add_slice(rows)
             return self.finish()
         except BaseException:
             self.rollback()

@@ -23,7 +23,7 @@ from ...errors import QueueNotFoundError
 from ..core import queues
 from ..core.queues import QueueInfo
 from ..store.session import Connection
-from .keyed_write import KeyedWrite, WriteReport
+from .keyed_write import KeyedWrite, Slice, WriteReport
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,9 @@ class QueueResolver:
 
 class RoutedWrite:
     """One attempt of a writer whose rows go to several queues; ``make`` builds the keyed write
-    of one destination (same key prefix for all). Feed with :meth:`add` after :meth:`resolve`
-    named every destination of the rows, then :meth:`finish`, or :meth:`run` both."""
+    of one destination (same key prefix for all). Feed with :meth:`add` (or :meth:`add_slice`)
+    after :meth:`resolve` named every destination of the rows, then :meth:`finish`; or let
+    :meth:`run` pull the slices and do both."""
 
     def __init__(
         self,
@@ -120,6 +121,15 @@ class RoutedWrite:
                 [sizes[i] for i in idx],
             )
 
+    def add_slice(self, rows: Slice) -> None:
+        """:meth:`add` a slice whose rows name their queues (``dests``, already resolved)."""
+        if rows.dests is None:
+            raise ValueError(
+                "a routed write needs each row's queue, but the slice has no dests; write a "
+                "slice of one queue with a KeyedWrite"
+            )
+        self.add(rows.dests, rows.payloads, rows.headers, rows.delays, rows.sizes)
+
     def finish(self) -> RoutedReport:
         per: dict[str, tuple[int, int]] = {}
         ranges: list[tuple[int, int]] = []
@@ -139,10 +149,12 @@ class RoutedWrite:
         for w in self.writes.values():
             w.rollback()
 
-    def run(self, feed: Iterable[None]) -> RoutedReport:
+    def run(self, slices: Iterable[Slice]) -> RoutedReport:
+        """Pull ``slices`` one at a time into :meth:`add_slice`, then finish; anything that
+        fails rolls back every destination's write."""
         try:
-            for _ in feed:
-                pass
+            for rows in slices:
+                self.add_slice(rows)
             return self.finish()
         except BaseException:
             self.rollback()
