@@ -21,6 +21,7 @@ from cassandra.cluster import NoHostAvailable
 
 from ..client import QueueClient
 from ..config import ConnectionConfig
+from ..engine.core.messages import Message
 from ..engine.store.session import Connection
 from ..errors import (
     ConfigError,
@@ -31,6 +32,7 @@ from ..errors import (
 )
 from .accounts import AccountStore, Sealer
 from .config import ServiceConfig
+from .get_batcher import GetBatcher
 from .metrics import Metrics
 from .put_batcher import PutBatcher
 from .responses import ApiError, framework, invalid
@@ -56,10 +58,19 @@ class Service:
         self.limiter = anyio.CapacityLimiter(config.workers)
         self.draining = False
         self.puts = PutBatcher(self._put_many)
+        self.gets: GetBatcher[Message] = GetBatcher(self._get_many, self._give_back)
 
     async def _put_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
         self.metrics.put_writes.inc()
         return await self.call(lambda c: c.put_many(queue, payloads, delay=delay), "putMessage")
+
+    async def _get_many(self, queue: str, vt: float, n: int) -> list[Message]:
+        self.metrics.get_reads.inc()
+        return await self.call(lambda c: c.get_many(queue, n, visibility_timeout=vt), "getMessage")
+
+    async def _give_back(self, queue: str, messages: Sequence[Message]) -> int:
+        self.metrics.get_given_back.inc(len(messages))
+        return await self.call(lambda c: c.give_back(queue, messages), "getMessage")
 
     def close(self) -> None:
         self.conn.shutdown()

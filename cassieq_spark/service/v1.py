@@ -259,9 +259,13 @@ async def next_message(request: Request) -> Response:
     account = await authorize(request, service, "r", request.path_params["queue"])
     vt = inputs.query_int(request, "invisibilityTimeSeconds", DEFAULT_INVISIBILITY, 1, MAX_SECONDS)
     info = await queue_info(service, request, account, "getMessage")
-    m = await service.call(
-        lambda c: c.get(info.name, visibility_timeout=float(vt or 1)), "getMessage"
-    )
+
+    async def gone() -> bool:
+        # The first look may only take the request's (empty) body off the channel; the second
+        # sees a disconnect that came before it.
+        return await request.is_disconnected() or await request.is_disconnected()
+
+    m = await service.gets.get(info.name, float(vt or 1), gone)
     if m is None:
         return empty(204)
     return json_response(message_body(info, m))
