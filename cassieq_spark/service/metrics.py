@@ -65,6 +65,12 @@ class Metrics:
             "the batching factor)",
             registry=self.registry,
         )
+        self.ack_writes = Counter(
+            "cassieq_ack_writes",
+            "ack_many calls that acked single v1 acks (several acks of one queue share one when "
+            "they arrive together)",
+            registry=self.registry,
+        )
         self.get_given_back = Counter(
             "cassieq_get_given_back",
             "Messages claimed for a v1 get whose client had left, given back at once",

@@ -21,6 +21,7 @@ from cassandra.cluster import NoHostAvailable
 
 from ..client import QueueClient
 from ..config import ConnectionConfig
+from ..engine.consume.batch_ack import ReceiptResult
 from ..engine.core.messages import Message
 from ..engine.store.session import Connection
 from ..errors import (
@@ -31,6 +32,7 @@ from ..errors import (
     SchemaNotBootstrappedError,
 )
 from .accounts import AccountStore, Sealer
+from .ack_batcher import AckBatcher
 from .config import ServiceConfig
 from .get_batcher import GetBatcher
 from .metrics import Metrics
@@ -59,6 +61,7 @@ class Service:
         self.draining = False
         self.puts = PutBatcher(self._put_many)
         self.gets: GetBatcher[Message] = GetBatcher(self._get_many, self._give_back)
+        self.acks = AckBatcher(self._ack_many)
 
     async def _put_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
         self.metrics.put_writes.inc()
@@ -71,6 +74,10 @@ class Service:
     async def _give_back(self, queue: str, messages: Sequence[Message]) -> int:
         self.metrics.get_given_back.inc(len(messages))
         return await self.call(lambda c: c.give_back(queue, messages), "getMessage")
+
+    async def _ack_many(self, queue: str, receipts: Sequence[str]) -> list[ReceiptResult]:
+        self.metrics.ack_writes.inc()
+        return await self.call(lambda c: c.ack_many(queue, receipts), "AckMessage")
 
     def close(self) -> None:
         self.conn.shutdown()

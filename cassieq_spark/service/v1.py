@@ -306,13 +306,12 @@ async def ack_message(request: Request) -> Response:
     receipt = receipt_param(request)
     info = await queue_info(service, request, account, "ackMessage")
 
-    def ack(c) -> bool:
-        try:
-            return c.ack(info.name, receipt)
-        except InvalidReceiptError:
-            raise bad_receipt(receipt) from None
-
-    if not await service.call(ack, "AckMessage"):
+    try:
+        # Refused here, not in the batch: a receipt that is not one of this queue's is a 400.
+        PopReceipt.decode(receipt).check_queue(info.queue_id, info.name, receipt)
+    except InvalidReceiptError:
+        raise bad_receipt(receipt) from None
+    if not await service.acks.ack(info.name, receipt):
         raise conflict("AckMessage", "The message is already being reprocessed.")
     return empty(204)
 

@@ -1,6 +1,6 @@
 """Concurrent v1 gets over HTTP on one queue, with clients that leave mid-request: every message
 delivered exactly once to a client that stayed, none left invisible for a client that left,
-gets served in shared receives."""
+gets served in shared receives and acks written in shared ack_many calls."""
 
 from __future__ import annotations
 
@@ -113,5 +113,8 @@ def test_concurrent_gets_deliver_each_message_once_and_leavers_hold_none(
         reads = _metric(metrics, "cassieq_get_reads_total")
         # Gets that arrived while a receive was in flight shared the next one.
         assert 1 <= reads < gets[0], (reads, gets[0])
+        # Acks that arrived while an ack_many was in flight shared the next one.
+        writes = _metric(metrics, "cassieq_ack_writes_total")
+        assert 1 <= writes < MESSAGES, writes
     finally:
         server.stop()
