@@ -40,9 +40,11 @@ async def authorize(
 ) -> str:
     """The account of the path once the request may act at ``level`` on it (and ``queue``)."""
     account = request.path_params["account"]
-    found = (
-        await service.blocking(service.accounts.get, account) if names.account_ok(account) else None
-    )
+    found = None
+    if names.account_ok(account):
+        hit, found = service.accounts.cached(account)
+        if not hit:
+            found = await service.blocking(service.accounts.get, account)
     levels = auth.levels_of(
         found,
         account,
@@ -113,7 +115,7 @@ async def queue_info(service: Service, request: Request, account: str, operation
     inputs.check_queue(account, queue)
     engine = names.engine_name(account, queue)
     try:
-        return await service.call(lambda c: c.get_queue(engine), operation)
+        return await service.queue(engine)
     except QueueNotFoundError:
         raise not_found_queue(operation, queue) from None
 
