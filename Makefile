@@ -72,15 +72,17 @@ spark-status:
 # prints every test that took 0.5 s or more and writes a JUnit report to .test-reports/.
 PYTEST_REPORT = --durations=0 --durations-min=0.5 --junitxml=.test-reports/$@.xml
 
+# make test-fast and make test run on TEST_WORKERS pytest-xdist workers (whole files each)
+# sharing one Cassandra node: their tests mostly wait on visibility timeouts and Spark triggers,
+# not on the CPU.
+TEST_WORKERS ?= 2
+
 check: lint
 	$(PY) -m pytest -m unit $(PYTEST_REPORT)
 
 test-fast: setup
-	$(PY) -m pytest -m "unit or (fast and not slow)" $(PYTEST_REPORT)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "unit or (fast and not slow)" $(PYTEST_REPORT)
 
-# make test runs on TEST_WORKERS pytest-xdist workers (whole files each) sharing one Cassandra
-# node: its tests mostly wait on visibility timeouts and Spark triggers, not on the CPU.
-TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not system and not long" $(PYTEST_REPORT)
 

@@ -261,7 +261,9 @@ def _hazelcast(port: int, group: str) -> str:
 """
 
 
-def _request(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
+def request(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
+    """One HTTP request on a fresh loopback connection: (status, body). The service suite uses
+    it for both servers."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -300,7 +302,7 @@ class OriginalServer:
                     f"the original server exited {self.proc.returncode}: {self.log_tail()}"
                 )
             try:
-                if _request(self.admin_port, "GET", "/ping")[0] == 200:
+                if request(self.admin_port, "GET", "/ping")[0] == 200:
                     return
             except OSError:
                 pass
@@ -315,7 +317,7 @@ class OriginalServer:
 
     def create_account(self, name: str) -> dict[str, str]:
         """A new account through the admin API: its keys (``primary``, ``secondary``)."""
-        status, raw = _request(
+        status, raw = request(
             self.admin_port,
             "POST",
             "/admin/api/v1/accounts",

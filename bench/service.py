@@ -42,6 +42,7 @@ from urllib.parse import quote
 
 from . import original_server
 from .common import BenchConfig, SuiteUnavailable, client, payloads, percentile, summarize
+from .original_server import request
 
 log = logging.getLogger("bench")
 
@@ -94,16 +95,6 @@ class Instance:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def request(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, r.read()
-    finally:
-        conn.close()
 
 
 class Client:

@@ -22,6 +22,7 @@ from .config import (
     read_password_file,
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
+from .engine.core.queues import DEFAULT_SETTINGS
 from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
 from .extras import require
 from .service.server import add_serve_flags, serve
@@ -156,9 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("create-queue", help="create a queue")
     s.add_argument("name")
     s.add_argument("--bucket-size", type=_integer, default=None, metavar="N")
-    s.add_argument("--max-delivery-count", type=_integer, default=5, metavar="N")
-    s.add_argument("--visibility-timeout", type=_number, default=30.0, metavar="S")
-    s.add_argument("--repair-timeout", type=_number, default=15.0, metavar="S")
+    s.add_argument(
+        "--max-delivery-count",
+        type=_integer,
+        default=DEFAULT_SETTINGS.max_delivery_count,
+        metavar="N",
+    )
+    s.add_argument(
+        "--visibility-timeout",
+        type=_number,
+        default=DEFAULT_SETTINGS.visibility_timeout,
+        metavar="S",
+    )
+    s.add_argument(
+        "--repair-timeout", type=_number, default=DEFAULT_SETTINGS.repair_timeout, metavar="S"
+    )
     s.add_argument("--dead-letter-queue", default=None, metavar="Q")
     s.add_argument("--message-ttl", type=_integer, default=None, metavar="S")
     s.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")

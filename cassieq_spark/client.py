@@ -33,10 +33,9 @@ from .engine.consume import consumer as consumer_mod
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
-from .engine.core.buckets import DEFAULT_BUCKET_SIZE
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
-from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
 from .engine.store.roles import create_app_role
@@ -196,10 +195,10 @@ class QueueClient:
     def create_queue(
         self,
         name: str,
-        bucket_size: int = DEFAULT_BUCKET_SIZE,
-        max_delivery_count: int = 5,
-        visibility_timeout: float = 30.0,
-        repair_timeout: float = 15.0,
+        bucket_size: int = DEFAULT_SETTINGS.bucket_size,
+        max_delivery_count: int = DEFAULT_SETTINGS.max_delivery_count,
+        visibility_timeout: float = DEFAULT_SETTINGS.visibility_timeout,
+        repair_timeout: float = DEFAULT_SETTINGS.repair_timeout,
         dead_letter_queue: str | None = None,
         message_ttl: int | None = None,
         exist_ok: bool = False,

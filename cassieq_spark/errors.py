@@ -92,7 +92,8 @@ class ContentionError(CassieQError):
 class ReplayMismatchError(CassieQError):
     """A replayed write has other rows than the attempt that first wrote under its key, so
     honouring the key would skip rows never written; run the replay with the first attempt's
-    input and partitioning, or allow it to write such rows again (possible duplicates)."""
+    input and partitioning (while no attempt with other input ran since), or allow it to write
+    such rows again (possible duplicates)."""
 
 
 class PoisonBatchError(CassieQError):

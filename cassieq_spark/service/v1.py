@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine.core.messages import Message, to_bytes
-from ..engine.core.queues import QueueInfo
+from ..engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from ..engine.core.receipts import PopReceipt
 from ..errors import (
     ConfigError,
@@ -30,7 +30,6 @@ from .responses import ApiError, conflict, empty, framework, invalid, json_respo
 from .state import Service
 
 PREFIX = "/api/v1/accounts/{account}/queues"
-DEFAULT_BUCKET_SIZE = 1000
 MAX_SECONDS = 12 * 3600
 DEFAULT_INVISIBILITY = 30
 
@@ -144,8 +143,10 @@ async def create_queue(request: Request) -> Response:
     if not name:
         raise invalid("queueName may not be null", 422)
     inputs.check_queue(account, name, "queueName")
-    bucket = inputs.field_int(body, "bucketSize", DEFAULT_BUCKET_SIZE, 1, 100_000)
-    deliveries = inputs.field_int(body, "maxDeliveryCount", 5, 1, MAX_DELIVERY_COUNT)
+    bucket = inputs.field_int(body, "bucketSize", DEFAULT_SETTINGS.bucket_size, 1, 100_000)
+    deliveries = inputs.field_int(
+        body, "maxDeliveryCount", DEFAULT_SETTINGS.max_delivery_count, 1, MAX_DELIVERY_COUNT
+    )
     inputs.field_int(body, "repairWorkerPollSeconds", None, 1, 3600)
     finalize = inputs.field_int(body, "repairWorkerBucketFinalizeTimeSeconds", 15, 1, 24 * 3600)
     keep = body.get("deleteBucketsAfterFinalize")

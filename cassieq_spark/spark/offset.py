@@ -9,14 +9,14 @@ compares them as strings, so the JSON form must be deterministic.
 
 The queue and its incarnation make a checkpoint unusable with any other queue: without them a
 query restarted with another ``queue`` option, or after its queue was deleted and created
-again, applied its reader position to a queue it never read and acked what it never delivered
-(finding F24). Offsets of older versions, ``{"id", "ts"}`` only, cannot say which queue they
+again, would apply its reader position to a queue it never read and ack what it never
+delivered. Offsets of older versions, ``{"id", "ts"}`` only, cannot say which queue they
 belong to and are refused.
 
 ``F`` is where the id path of the batch ending here starts: the larger of the previous offset's
 ``id`` and the queue's reader pointer when the batch was planned. It is above the previous
 offset only when another consumer consumed ids since (a query restarted from an older
-checkpoint, clients in between); those ids are not delivered again (finding F26). It is part
+checkpoint, clients in between); those ids are not delivered again. It is part
 of the offset so that a replayed batch reads exactly what its first attempt read.
 
 A micro-batch ``(start, end]`` therefore delivers

@@ -18,8 +18,8 @@ from .. import validate
 from ..config import CONNECTION_OPTIONS, ConnectionConfig, connection_from_options
 from ..config import validate_queue_name as _validate_queue_name
 from ..engine.core import monoton, queues
-from ..engine.core.buckets import DEFAULT_BUCKET_SIZE
-from ..engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, QueueInfo
+from ..engine.core.queues import DEFAULT_SETTINGS as DEFAULTS
+from ..engine.core.queues import QueueInfo
 from ..engine.store import schema
 from ..engine.store.session import Connection
 from ..engine.stream.start import StartingPosition
@@ -49,6 +49,7 @@ SINK_OPTIONS: dict[str, str] = {
     "writeid": "writeId",
     "replaymismatch": "replayMismatch",
     "allowtargetchange": "allowTargetChange",
+    "routebycolumn": "routeByColumn",
     # Spark adds these two to every sink's options.
     "path": "path",
     "checkpointlocation": "checkpointLocation",
@@ -175,14 +176,20 @@ def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonO
     if create:
         dlq = o.get("deadletterqueue")
         settings = {
-            "bucket_size": _int(o, "bucketsize", "bucketSize", DEFAULT_BUCKET_SIZE, None),
-            "max_delivery_count": _int(o, "maxdeliverycount", "maxDeliveryCount", 5, None),
-            "visibility_timeout": _float(o, "visibilitytimeout", "visibilityTimeout", 30.0, None),
-            "repair_timeout": _float(o, "repairtimeout", "repairTimeout", 15.0, None),
+            "bucket_size": _int(o, "bucketsize", "bucketSize", DEFAULTS.bucket_size, None),
+            "max_delivery_count": _int(
+                o, "maxdeliverycount", "maxDeliveryCount", DEFAULTS.max_delivery_count, None
+            ),
+            "visibility_timeout": _float(
+                o, "visibilitytimeout", "visibilityTimeout", DEFAULTS.visibility_timeout, None
+            ),
+            "repair_timeout": _float(
+                o, "repairtimeout", "repairTimeout", DEFAULTS.repair_timeout, None
+            ),
             "dead_letter_queue": str(dlq) if dlq else None,  # checked whole by create_queue
             "message_ttl": _int(o, "messagettl", "messageTtl", None, None),
             "max_payload_bytes": _int(
-                o, "maxpayloadbytes", "maxPayloadBytes", DEFAULT_MAX_PAYLOAD_BYTES, None
+                o, "maxpayloadbytes", "maxPayloadBytes", DEFAULTS.max_payload_bytes, None
             ),
         }
         try:
@@ -265,6 +272,16 @@ def sink_options(
         raise ConfigError(
             f"option 'replayMismatch' must be one of {', '.join(REPLAY_MISMATCH.values())}, got "
             f"{o['replaymismatch']!r}"
+        )
+    route_by_column = _bool(o, "routebycolumn", "routeByColumn", False)
+    if queue_column and common.queue and not route_by_column:
+        raise ConfigError(
+            f"option 'queue' ({common.queue!r}) and a 'queue' column in the input: the column "
+            "would send each row to the queue it names and option 'queue' would only take the "
+            "rows whose column is null (rows passed on from the cassieq source name their source "
+            "queue, so they would go back into it). To write every row to "
+            f"{common.queue!r}, drop the column (e.g. df.drop('queue')); to route rows by the "
+            "column with option 'queue' for null rows, set option routeByColumn=true"
         )
     return SinkOptions(
         common,

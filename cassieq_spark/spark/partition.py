@@ -49,6 +49,7 @@ class CassieQPartition(InputPartition):
     max_delivery_count: int = 0
     max_batch_attempts: int = 0
     drop_allowed: bool = False
+    replay: bool = False  # stream batches: read by a run that did not plan them (a replay)
 
     def overlapping(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
         return tuple(r for r in self.excluded if r[0] < hi and r[1] > lo)

@@ -31,8 +31,9 @@ ARROW_SCHEMA = to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")
 class _BatchBuilder:
     """Collects message rows and cuts them into RecordBatches of exactly ``ARROW_SCHEMA``."""
 
-    def __init__(self, queue: str, bucket_size: int):
+    def __init__(self, queue: str, incarnation: str, bucket_size: int):
         self.queue = queue
+        self.incarnation = incarnation
         self.bucket_size = bucket_size
         self._clear()
 
@@ -48,6 +49,7 @@ class _BatchBuilder:
         c[4].append(row.id // self.bucket_size)
         c[5].append(delivery_count)
         c[6].append(self.queue)
+        c[7].append(self.incarnation)
         return self.flush() if len(c[0]) >= ROWS_PER_BATCH else None
 
     def flush(self) -> pa.RecordBatch | None:
@@ -66,10 +68,10 @@ def _deliveries(conn: Connection, p: CassieQPartition) -> Iterator[stream_read.D
         return iter(())
     queue = QueueInfo(name=p.queue, queue_id=uuid.UUID(p.queue_id), bucket_size=p.bucket_size)
     if p.kind == KIND_IDS:
-        rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded)
+        rows = stream_read.read_id_path(conn, queue, p.lo, p.hi, p.end_ts, p.excluded, p.replay)
         return _counted(conn, queue, p, rows)
     if p.kind == KIND_TIMERS:
-        rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded)
+        rows = stream_read.read_timer_path(conn, queue, p.ids, p.end_ts, p.excluded, p.replay)
         return _counted(conn, queue, p, rows)
     if p.kind == KIND_SNAPSHOT:
         return snapshot.read_unacked(conn, queue, p.lo, p.hi, p.reader)
@@ -108,7 +110,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, CassieQPartition):
         raise TypeError(f"not a cassieq partition: {partition!r}")
     conn = shared_connection(connection_from_options(dict(partition.connection)))
-    builder = _BatchBuilder(partition.queue, partition.bucket_size)
+    builder = _BatchBuilder(partition.queue, partition.queue_id, partition.bucket_size)
     for row, deliveries in _deliveries(conn, partition):
         batch = builder.add(row, deliveries)
         if batch is not None:

@@ -5,6 +5,7 @@ queue it reads; a query on one queue has exactly one."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
@@ -59,7 +60,7 @@ class QueueStream:
         return o.queue == self.queue.name and o.incarnation == str(self.queue.queue_id)
 
     def check(self, o: SourceOffset) -> None:
-        """Fail unless ``o``, an offset of the checkpoint, belongs to this queue (F24)."""
+        """Fail unless ``o``, an offset of the checkpoint, belongs to this queue."""
         o.check_queue(self.queue.name, self.queue.queue_id)
 
     def require_alive(self, s: SourceOffset) -> None:
@@ -91,6 +92,14 @@ class QueueStream:
     def plan(self, s: SourceOffset, max_rows: int | None) -> Plan:
         """Acks the batch ending at ``s`` (committed), then plans the next one."""
         return self.consumer.plan(self.position(s), max_rows)
+
+    @staticmethod
+    def taken(plan: Plan) -> int:
+        """Messages the planned batch takes of ``maxMessagesPerTrigger``: its span of ids (gaps
+        count) and its due timer rows."""
+        if plan.end is None:
+            return 0
+        return plan.end.id - plan.end.from_id + plan.due
 
     @staticmethod
     def available(plan: Plan) -> int:
@@ -141,6 +150,7 @@ class QueueStream:
             "queue_id": str(q.queue_id),
             "bucket_size": q.bucket_size,
             "end_ts": e.ts,
+            "replay": batch.replay,
         }
         if self.settings.count_deliveries:
             base.update(
@@ -176,15 +186,26 @@ class QueueStream:
         self.consumer.lease.release()
 
 
-def shares(max_rows: int | None, names: list[str], turn: int) -> dict[str, int | None]:
-    """``maxMessagesPerTrigger`` split between queues: equal shares (differing by one), the
-    larger ones going round from trigger to trigger so that no queue waits for ever when the
-    limit is below the number of queues. A share of 0 means: not this trigger."""
-    if max_rows is None:
-        return dict.fromkeys(names)
+def split_cap(
+    max_rows: int | None,
+    names: list[str],
+    turn: int,
+    plan_one: Callable[[str, int | None], int],
+) -> None:
+    """``maxMessagesPerTrigger`` split between queues: ``plan_one(name, share)`` plans one
+    queue's batch with at most ``share`` messages (None: no cap; 0: not this trigger) and
+    returns how many its batch takes. Queues go in turn order (the first one changing from
+    trigger to trigger, so that no queue waits for ever when the cap is below the number of
+    queues); each gets an equal share of what the queues before it left, so a share a queue
+    without messages does not use goes to the queues after it: a trigger delivers nothing only
+    when no queue has anything (an AvailableNow run ends on such a trigger)."""
     n = len(names)
     if n == 0:
-        return {}
-    base, extra = divmod(max_rows, n)
+        return
     order = names[turn % n :] + names[: turn % n]
-    return {name: base + (1 if i < extra else 0) for i, name in enumerate(order)}
+    remaining = max_rows
+    for i, name in enumerate(order):
+        share = None if remaining is None else -(-remaining // (n - i))  # ceil
+        used = plan_one(name, share)
+        if remaining is not None:
+            remaining = max(0, remaining - used)

@@ -24,12 +24,15 @@ SOURCE_SCHEMA = StructType(
         StructField("bucket", LongType(), nullable=True),
         StructField("delivery_count", IntegerType(), nullable=True),
         StructField("queue", StringType(), nullable=True),
+        # The queue's incarnation (its queue_id): ids restart at 0 when a queue is deleted and
+        # created again, so (queue, incarnation, id) is what names one message for ever.
+        StructField("incarnation", StringType(), nullable=True),
     ]
 )
 
 SOURCE_SCHEMA_DDL = (
     "id BIGINT, value BINARY, headers MAP<STRING,STRING>, enqueued_at TIMESTAMP, "
-    "bucket BIGINT, delivery_count INT, queue STRING"
+    "bucket BIGINT, delivery_count INT, queue STRING, incarnation STRING"
 )
 
 # Columns the sink accepts, and what each may be.

@@ -32,7 +32,8 @@ key (keys are per queue), so each destination is written exactly once on a repla
 (``engine/write/routed_write.py``). Destinations are only known on the executors: each task looks up
 (or, with createQueue=true, creates) every distinct queue of a slice (an Arrow batch, or
 ``ROWS_PER_SLICE`` rows) before any of its rows is buffered; an unknown one fails the task, which
-rolls back what earlier slices flushed. The checkpoint records option 'queue' only.
+rolls back what earlier slices flushed. The checkpoint records option 'queue', or without it
+the keyspace and cluster the rows' queues are in.
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ log = logging.getLogger(__name__)
 # What a user can do about a replayed batch whose rows differ from its first attempt's.
 REPLAY_MISMATCH_HINT = (
     "The replayed input differs from the first attempt (the partition layout changed, e.g. "
-    "maxIdsPerPartition, repartition(n), spark.sql.files.maxPartitionBytes or the core count, "
-    "or the input is not deterministic); skipping it would lose messages. Run the replay with "
-    "the first attempt's settings until this batch commits, or set option "
-    "replayMismatch=writeAgain to write such chunks again (an earlier attempt's messages may "
-    "then be enqueued twice, none is lost)"
+    "maxIdsPerPartition, repartition(n), spark.sql.files.maxPartitionBytes or the core count; "
+    "a queue of the source was deleted, or clients, TTL or a purge took messages of the batch; "
+    "or the input is not deterministic); skipping it would lose messages. Each task checks "
+    "only its own keys: tasks of this attempt that found a free key wrote their rows, so going "
+    "back to the first attempt's settings helps only if no attempt with other settings ran "
+    "since. Otherwise set option replayMismatch=writeAgain to write such chunks again (an "
+    "earlier attempt's messages may then be enqueued twice, none is lost)"
 )
 
 
@@ -96,11 +99,11 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     queue = None
     if opts.default_queue is not None:
         queue = resolve_queue(conn, opts.common)
-        if streaming:
-            target = Target.of(conn, queue)
-            check_target(opts.checkpoint_location, target, opts.allow_target_change)
     else:
         require_schema(conn)  # destinations are looked up by the tasks
+    if streaming:
+        target = Target.of(conn, queue)
+        check_target(opts.checkpoint_location, target, opts.allow_target_change)
     return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
 
 

@@ -1,11 +1,12 @@
-"""The queue a streaming query's sink writes to, recorded in its checkpoint (finding F28).
+"""The queue a streaming query's sink writes to, recorded in its checkpoint.
 
 A query restarted from its checkpoint replays its last uncommitted micro-batch, and the sink
 finds that batch's blocks by key in the queue it writes to. Pointed at another queue (another
 name, keyspace or cluster, or the same name deleted and created again), it finds nothing
 there and writes the whole batch again, while the first queue keeps what the first attempt
 wrote: the batch is in both. So the first run records its target next to Spark's own files in
-the checkpoint, and a restart that points elsewhere fails, unless ``allowTargetChange=true``
+the checkpoint (for a sink whose rows name their queues and that has no option 'queue': the
+keyspace and cluster), and a restart that points elsewhere fails, unless ``allowTargetChange=true``
 (then the new target is recorded).
 
 Checkpoints on the local file system are read directly, others through ``pyarrow.fs``
@@ -42,15 +43,19 @@ class Target:
     queue_id: str
 
     @classmethod
-    def of(cls, conn: Connection, queue: QueueInfo) -> Target:
+    def of(cls, conn: Connection, queue: QueueInfo | None) -> Target:
+        """The sink's target: option 'queue' (``queue``), or with None a sink whose rows name
+        their queues (its column ``queue``): then the keyspace and cluster they are in."""
         cluster = conn.cluster.metadata.cluster_name or "?"
+        if queue is None:
+            return cls(cluster, conn.keyspace, "", "")
         return cls(cluster, conn.keyspace, queue.name, str(queue.queue_id))
 
     def describe(self) -> str:
-        return (
-            f"queue {self.queue!r} (incarnation {self.queue_id}) in keyspace "
-            f"{self.keyspace!r} of cluster {self.cluster!r}"
-        )
+        where = f"keyspace {self.keyspace!r} of cluster {self.cluster!r}"
+        if not self.queue:
+            return f"the queues its rows name in {where}"
+        return f"queue {self.queue!r} (incarnation {self.queue_id}) in {where}"
 
 
 def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> None:

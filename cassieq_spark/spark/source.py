@@ -8,7 +8,7 @@ its own offset in the query's offset, its own lease, its own acks. What maps ont
 * ``initialOffset``/``latestOffset`` are the engine's stream positions as offsets
   (``offset.py``: the queue and its incarnation added, so a checkpoint used with another queue,
   or after the queue was deleted and created again, fails with CheckpointMismatchError before
-  anything is acked, finding F24). A read limit (``maxMessagesPerTrigger``) caps the engine's
+  anything is acked). A read limit (``maxMessagesPerTrigger``) caps the engine's
   plan; ``Trigger.AvailableNow`` gives it a target (``prepareForTriggerAvailableNow``).
 * **Ack on commit**: Spark calls ``latestOffset(start)`` for batch N+1 only after batch N's sink
   commit and commit log, so everything below ``start`` is committed; the engine's planning acks
@@ -48,12 +48,12 @@ from ..engine.core.queues import QueueInfo
 from ..engine.store import schema
 from ..engine.store.session import Connection, shared_connection
 from ..engine.stream import snapshot
-from ..errors import ConfigError
+from ..errors import ConfigError, QueueNotFoundError
 from .offset import MultiOffset, SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
 from .partition_reader import read_partition
-from .queue_stream import QueueStream, shares
+from .queue_stream import QueueStream, split_cap
 from .source_checks import MATCHING
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # AvailableNow: the queues this run ends at (queues joining later wait for the next run)
         self._available_now: frozenset[str] | None = None
         self._dropped: set[str] = set()  # queues no longer read, already logged
+        # (queue, incarnation) no longer read: last batch acked, lease given back
+        self._retired: set[tuple[str, str]] = set()
+        self._busy_logged: dict[str, str] = {}  # pattern queues skipped: name -> their holder
         self._reset_live()
 
     def _reset_live(self) -> None:
@@ -123,9 +126,20 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._listed = {q.name: q for q in queues.list_queues(conn) if sel.matches(q.name)}
         return list(self._listed)
 
+    def _named(self, name: str) -> bool:
+        """``name`` is one of option ``queue``/``queues`` now (not a pattern's match, nor a
+        queue an older offset names that was removed from the option since)."""
+        return not self._pattern and name in self.settings.selection.names
+
+    def _selected(self, name: str) -> bool:
+        """``name`` is among the queues this query reads by its options now."""
+        sel = self.settings.selection
+        return sel.matches(name) if self._pattern else self._named(name)
+
     def _stream(self, name: str) -> QueueStream | None:
-        """The driver side of queue ``name``; None only for a queue of a pattern that is gone
-        (a named queue that is missing fails with QueueNotFoundError)."""
+        """The driver side of queue ``name``; None for a queue that is gone: a pattern's, or
+        one the checkpoint names that is no longer among option ``queues`` (a named queue
+        that is missing fails with QueueNotFoundError, or is created with createQueue)."""
         qs = self._streams.get(name)
         if qs is None:
             conn = self._conn()
@@ -133,18 +147,28 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if name not in self._listed:
                     self._names()  # a replay or commit in a fresh run: nothing listed yet
                 info = self._listed.get(name)
-                if info is None:
-                    return None
-            else:
+            elif self._named(name):
                 info = resolve_queue(conn, self.settings.common, name)
+            else:
+                info = self._lookup(name)
+            if info is None:
+                return None
             qs = self._streams[name] = QueueStream(conn, info, self.settings, self.owner, self.run)
         return qs
 
+    def _lookup(self, name: str) -> QueueInfo | None:
+        """Queue ``name`` as it is now, never created; None when it does not exist."""
+        try:
+            return queues.get_queue(self._conn(), name)
+        except QueueNotFoundError:
+            return None
+
     def _keep(self, qs: QueueStream, o: SourceOffset) -> bool:
-        """Whether the checkpoint's offset ``o`` belongs to the queue read now (F24). A named
-        queue's must (CheckpointMismatchError); a pattern's queue that was deleted and created
-        again since starts over."""
-        if not self._pattern:
+        """Whether the checkpoint's offset ``o`` belongs to the queue read now. A named
+        queue's must (CheckpointMismatchError); a pattern's queue, or one no longer named, that
+        was deleted and created again since is another queue: a pattern reads it from its
+        start."""
+        if self._named(qs.name):
             qs.check(o)
             return True
         if qs.owns(o):
@@ -153,7 +177,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def _alive(self, qs: QueueStream, s: SourceOffset) -> bool:
-        """A queue deleted while the query runs (F23): a named one fails the query, a pattern's
+        """A queue deleted while the query runs: a named one fails the query, a pattern's
         one is no longer read."""
         if not self._pattern:
             qs.require_alive(s)
@@ -165,6 +189,56 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         qs.stop()
         self._drop(qs.name, "was deleted")
         return False
+
+    def _busy_elsewhere(self, qs: QueueStream) -> bool:
+        """A queue matching ``queuePattern`` that another streaming query consumes (its lease
+        is held by another consumer) is not joined: waiting for the lease would fail this query
+        on every restart. It joins in a later trigger once it is free. A named queue is always
+        waited for (QueueBusyError if its holder stays)."""
+        if not self._pattern:
+            return False
+        holder = qs.consumer.lease.held_by_other()
+        if holder is None:
+            self._busy_logged.pop(qs.name, None)
+            return False
+        if self._busy_logged.get(qs.name) != holder:
+            self._busy_logged[qs.name] = holder
+            log.warning(
+                "queue %s matches queuePattern but is consumed by %s (another streaming query "
+                "holds its lease): not read until that lease is given back; narrow the pattern "
+                "to leave it out",
+                qs.name,
+                holder,
+            )
+        return True
+
+    def _retire(self, name: str, last: SourceOffset) -> None:
+        """Queue ``name`` is no longer read (removed from ``queues``, no longer matching or
+        deleted): ack its last committed batch, ending at ``last``, and give its lease back, so
+        that clients and other queries can consume it while this query runs. Once per run and
+        incarnation (a queue created again under the name may join later)."""
+        if (name, last.incarnation) in self._retired:
+            return
+        self._retired.add((name, last.incarnation))
+        qs = self._streams.pop(name, None)
+        if qs is None:
+            info = self._lookup(name)
+            if info is not None:
+                qs = QueueStream(self._conn(), info, self.settings, self.owner, self.run)
+        if qs is None or not qs.owns(last):
+            self._drop(name, "is no longer among the queues of this query (it was deleted)")
+            return
+        holder = qs.consumer.lease.held_by_other()
+        if holder is not None:
+            self._drop(
+                name,
+                f"is no longer among the queues of this query; {holder} consumes it now, so "
+                "its last batch is not acked here (that consumer gets those messages again)",
+            )
+        else:
+            qs.ack_through(last)
+            self._drop(name, "is no longer among the queues of this query: its last batch is acked")
+        qs.stop()
 
     def _drop(self, name: str, why: str) -> None:
         if name not in self._dropped:
@@ -201,7 +275,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         entries = {}
         for name in self._names():
             qs = self._stream(name)
-            if qs is not None:
+            if qs is not None and not self._busy_elsewhere(qs):
                 entries[name] = qs.initial(self.settings.starting_position, pass_losses=False)
         self._initial = self._encode(entries)
         return self._initial
@@ -225,7 +299,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fixed = []
         for name in self._names():
             qs = self._stream(name)
-            if qs is not None:
+            if qs is not None and not self._busy_elsewhere(qs):
                 target = qs.fix_target()
                 fixed.append(name)
                 log.info("queue %s: AvailableNow target %s", name, target.to_json())
@@ -248,6 +322,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if s is not None and not self._keep(qs, s):
                 s = None
             if s is None:
+                if self._busy_elsewhere(qs):
+                    continue
                 if self._available_now is None or name in self._available_now:
                     # Joins with this batch (as Kafka's new partitions: from the earliest);
                     # the batch delivers nothing from it.
@@ -258,21 +334,27 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 qs.report_losses()
                 reading[name] = (qs, s)
         for name in sorted(set(starts) - set(ends) - set(reading)):
-            self._drop(name, "is no longer among the queues of this query")
+            self._retire(name, starts[name])
         # Spark calls this for batch N+1 only after batch N's commit log: everything below
         # each start is committed, so the ack each queue's planning does first can never
         # precede Spark's commit.
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is not None and max_rows >= NO_ROW_CAP:
             max_rows = None
-        share = shares(max_rows, list(reading), self._turn)
-        self._turn += 1
         plans = {}
-        for name, (qs, s) in reading.items():
-            if share[name] == 0:
-                ends[name] = s  # below one message each: this queue's turn comes later
-            else:
-                plans[name] = qs.plan(s, share[name])
+
+        def plan_one(name: str, share: int | None) -> int:
+            qs, s = reading[name]
+            if share == 0:
+                # Not this trigger (the cap is spent); its committed batch is acked all the same.
+                qs.ack_through(s)
+                ends[name] = s
+                return 0
+            plans[name] = qs.plan(s, share)
+            return QueueStream.taken(plans[name])
+
+        split_cap(max_rows, list(reading), self._turn, plan_one)
+        self._turn += 1
         held = self._hold_back(limit, plans)
         lags = {}
         for name, plan in plans.items():
@@ -343,10 +425,24 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = starts.get(name)
             if s is None:
                 continue  # joined with this batch: nothing of it is delivered
-            qs = self._stream(name)
-            if qs is not None and self._keep(qs, s) and self._keep(qs, e):
+            qs = self._replayed_stream(name)
+            if qs is None:
+                # Deleted (a replay after a restart): its messages are gone with it.
+                self._drop(name, "no longer exists: the batch goes on without its messages")
+            elif self._keep(qs, s) and self._keep(qs, e):
                 out.extend(qs.partitions(s, e))
         return out
+
+    def _replayed_stream(self, name: str) -> QueueStream | None:
+        try:
+            return self._stream(name)
+        except QueueNotFoundError as exc:
+            if not self.settings.selection.several:
+                raise
+            raise QueueNotFoundError(
+                f"{exc}. It holds part of the batch this query runs again after a restart; to "
+                f"go on without its messages, remove {name!r} from option 'queues'"
+            ) from None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -358,6 +454,11 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (``engine/stream/ack.py``). Idempotent; fenced by each queue's lease: QueueBusyError
         once another run took it over."""
         for name, e in self._decode(end).items():
+            if (name, e.incarnation) in self._retired:
+                continue
+            if not self._selected(name):
+                self._retire(name, e)
+                continue
             qs = self._stream(name)
             if qs is not None and self._keep(qs, e):
                 qs.ack_through(e)

@@ -97,7 +97,7 @@ class _Counting:
 # -- F3: delayed rows of a skipped range ------------------------------------------------------
 
 
-def test_f3_delayed_rows_in_a_skipped_range_are_delivered_once_and_free_the_bucket(
+def test_delayed_rows_in_a_skipped_range_are_delivered_once_and_free_the_bucket(
     queue_client, queue_name
 ):
     """Old code (verified): repair republished only plain rows of a skipped range and readers
@@ -148,9 +148,7 @@ def test_f3_delayed_rows_in_a_skipped_range_are_delivered_once_and_free_the_buck
     assert stats["backlog"] == stats["delayed"] == stats["in_flight"] == 0
 
 
-def test_f3_a_writer_dying_mid_block_leaves_no_delayed_row_without_its_timer(
-    queue_client, queue_name
-):
+def test_a_writer_dying_mid_block_leaves_no_delayed_row_without_its_timer(queue_client, queue_name):
     """Old code (verified): ``write_messages`` wrote a block's rows, then its timers; a writer
     stopped between the two left delayed rows no timer would ever bring back."""
     queue_client.create_queue(queue_name)
@@ -173,7 +171,7 @@ def test_f3_a_writer_dying_mid_block_leaves_no_delayed_row_without_its_timer(
 # -- F7: durations beyond what timers keep ------------------------------------------------------
 
 
-def test_f7_durations_beyond_the_limit_are_refused(queue_client, queue_name):
+def test_durations_beyond_the_limit_are_refused(queue_client, queue_name):
     """Old code (verified): any delay, visibility timeout or change_visibility was accepted,
     however far beyond the 14 days the timers table kept its rows."""
     queue_client.create_queue(queue_name)
@@ -219,7 +217,7 @@ def short_timer_client(cassandra, cassieq_options):
         admin.close()
 
 
-def test_f7_timers_outlive_their_due_time_by_the_retention(short_timer_client):
+def test_timers_outlive_their_due_time_by_the_retention(short_timer_client):
     """Old code (verified): a timer lived the table TTL from its *write*: a delay longer than
     that, or consumers away for longer than what was left of it after the due time, and the
     message never came back (here: none of the three). Now a timer lives the retention (the
@@ -264,7 +262,7 @@ def one_dc_keyspace(cassandra):
         session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
 
 
-def test_f6_local_serial_is_refused_for_a_keyspace_in_two_data_centers(
+def test_local_serial_is_refused_for_a_keyspace_in_two_data_centers(
     cassieq_options, one_dc_keyspace
 ):
     """Old code (by reading, and verified that it connects): nothing looked at replication,
@@ -311,7 +309,7 @@ def test_f6_local_serial_is_refused_for_a_keyspace_in_two_data_centers(
 # -- F13: a dead-letter queue that does not exist -----------------------------------------------
 
 
-def test_f13_missing_dead_letter_queue_is_refused_at_creation(queue_client, queue_name):
+def test_missing_dead_letter_queue_is_refused_at_creation(queue_client, queue_name):
     """Old code (verified): created; the first message over the limit then stopped the queue."""
     with pytest.raises(QueueNotFoundError, match="dead-letter queue .* does not exist"):
         queue_client.create_queue(queue_name, dead_letter_queue=f"{queue_name}_missing")
@@ -319,9 +317,7 @@ def test_f13_missing_dead_letter_queue_is_refused_at_creation(queue_client, queu
         queue_client.get_queue(queue_name)
 
 
-def test_f13_deleted_dead_letter_queue_drops_the_message_and_keeps_serving(
-    queue_client, queue_name
-):
+def test_deleted_dead_letter_queue_drops_the_message_and_keeps_serving(queue_client, queue_name):
     """Old code (verified): every get() after the first message over the limit raised
     QueueNotFoundError for the deleted dead-letter queue, for good."""
     q = queue_client
@@ -353,7 +349,7 @@ def _poison(q, name, dlq):
     return msg
 
 
-def test_f15_late_ack_while_the_copy_is_written_leaves_one_outcome(
+def test_late_ack_while_the_copy_is_written_leaves_one_outcome(
     queue_client, queue_name, monkeypatch
 ):
     """Old code (verified): the copy went to the dead-letter queue first, the original was
@@ -389,7 +385,7 @@ def test_f15_late_ack_while_the_copy_is_written_leaves_one_outcome(
     assert stats["dead_lettered"] == len(copies) and stats["acked"] == int(late_ack[0])
 
 
-def test_f15_ack_before_the_mark_wins(queue_client, queue_name):
+def test_ack_before_the_mark_wins(queue_client, queue_name):
     """The other order: the ack lands before the dead-letter mark. The message stays acked and
     nothing reaches the dead-letter queue. (The fault point is new; by reading, the old code
     wrote the copy whatever the ack, so this order also ended acked *and* dead-lettered.)"""
@@ -407,7 +403,7 @@ def test_f15_ack_before_the_mark_wins(queue_client, queue_name):
 
 
 @pytest.mark.parametrize("finisher", ["get", "repair"])
-def test_f15_crash_between_mark_and_copy_is_finished_once(queue_client, queue_name, finisher):
+def test_crash_between_mark_and_copy_is_finished_once(queue_client, queue_name, finisher):
     """A consumer that dies after marking the original dead and before writing the copy: the
     next get (timer path) or repair (before it reclaims the bucket) writes the copy, once.
     (New state; the old code had no such step.)"""
@@ -440,7 +436,7 @@ def test_f15_crash_between_mark_and_copy_is_finished_once(queue_client, queue_na
     assert q.stats(queue_name)["dead_lettered"] == 1
 
 
-def test_f15_two_finishers_count_the_dead_letter_once(queue_client, queue_name, monkeypatch):
+def test_two_finishers_count_the_dead_letter_once(queue_client, queue_name, monkeypatch):
     """Found with CASSIEQ_FAULTS=lost-reply (by running the F22 workload: 61 dead letters
     counted for 40). Two consumers finish one half-done dead-letter move at once; the reply
     of the loser's compare-and-set is lost and its read-back used to see the move finished
@@ -520,7 +516,7 @@ def test_lost_claim_reply_is_not_taken_for_a_win(queue_client, queue_name, monke
 # -- F18: the cost of a get -------------------------------------------------------------------------
 
 
-def test_f18_get_reads_a_bounded_window_of_a_large_due_slot(queue_client, queue_name, monkeypatch):
+def test_get_reads_a_bounded_window_of_a_large_due_slot(queue_client, queue_name, monkeypatch):
     """Old code (verified): every get read every unacked id of every due slot (2000 reads per
     get here, all in flight at once). Now a window at a time, and ids known to be held are not
     read again before they are due."""
@@ -541,7 +537,7 @@ def test_f18_get_reads_a_bounded_window_of_a_large_due_slot(queue_client, queue_
     assert max(reads) <= 64 + 8, reads
 
 
-def test_f18_lost_claims_are_bounded_per_get(queue_client, queue_name, monkeypatch):
+def test_lost_claims_are_bounded_per_get(queue_client, queue_name, monkeypatch):
     """Old code (verified): a get that lost its races tried every due timer row (here 500
     Paxos rounds, each leaving an orphan timer), then up to a chunk of fresh candidates.
     Every claim here is lost: the request never reaches a coordinator."""
@@ -562,7 +558,7 @@ def test_f18_lost_claims_are_bounded_per_get(queue_client, queue_name, monkeypat
 # -- F19: message TTL --------------------------------------------------------------------------------
 
 
-def test_f19_expired_in_flight_message_never_comes_back_empty(queue_client, queue_name):
+def test_expired_in_flight_message_never_comes_back_empty(queue_client, queue_name):
     """Old code (verified): the claim's cells had no TTL, so after the message TTL the row kept
     them and the timer path delivered it again with an empty payload."""
     q = queue_client
@@ -577,7 +573,7 @@ def test_f19_expired_in_flight_message_never_comes_back_empty(queue_client, queu
     assert stats["in_flight"] == stats["backlog"] == 0
 
 
-def test_f19_acked_cell_expires_with_the_message(queue_client, queue_name):
+def test_acked_cell_expires_with_the_message(queue_client, queue_name):
     q = queue_client
     q.create_queue(queue_name, message_ttl=2, bucket_size=10)
     info = q.get_queue(queue_name)
@@ -590,7 +586,7 @@ def test_f19_acked_cell_expires_with_the_message(queue_client, queue_name):
 # -- F23: the largest message --------------------------------------------------------------------------
 
 
-def test_f23_largest_allowed_message_fits_in_one_mutation(queue_client, queue_name):
+def test_largest_allowed_message_fits_in_one_mutation(queue_client, queue_name):
     """Old code (verified): max_payload_bytes up to 16 MiB was accepted, Cassandra's mutation
     and frame limit: such a message was refused at put time. Headers had no size limit."""
     from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
@@ -610,7 +606,7 @@ def test_f23_largest_allowed_message_fits_in_one_mutation(queue_client, queue_na
 # -- F22: storage bounded by what is in flight, not by history ----------------------------------
 
 
-def test_f22_storage_stays_bounded_whatever_the_history(own_keyspace_client, monkeypatch, capsys):
+def test_storage_stays_bounded_whatever_the_history(own_keyspace_client, monkeypatch, capsys):
     """Old code (verified at 10k): skipped ranges and their reservation rows were never
     deleted, timers and slot markers stayed their 14 days, repair and dead-letter keys theirs:
     every figure but the messages grew with the history. Now each table holds what is in

@@ -43,7 +43,7 @@ def _stored_ids(client, q, lo, hi):
 
 
 @pytest.mark.parametrize("mode", [faults.RETRIED, faults.LOST_REPLY])
-def test_f1_retried_key_insert_keeps_the_chunk(queue_client, queue_name, mode):
+def test_retried_key_insert_keeps_the_chunk(queue_client, queue_name, mode):
     """F1: the driver re-sent the key's INSERT .. IF NOT EXISTS after its first copy applied
     (or the reply was lost). On 45e5919 (by reading, and the review's scenario) the second
     result said "not applied", reserve_keyed took its own key for another attempt's, closed
@@ -67,7 +67,7 @@ def test_f1_retried_key_insert_keeps_the_chunk(queue_client, queue_name, mode):
     assert sorted(got) == ids
 
 
-def test_f1_reserve_sent_twice_leaves_no_block_open(queue_client, queue_name):
+def test_reserve_sent_twice_leaves_no_block_open(queue_client, queue_name):
     """F1 (secondary): the reservation batch applied, then the driver re-sent it and got "not
     applied". On 45e5919 (by reading) reserve took a second block and left the first open
     forever: readers stalled for the repair timeout, then repair counted it as lost."""
@@ -80,7 +80,7 @@ def test_f1_reserve_sent_twice_leaves_no_block_open(queue_client, queue_name):
     assert hz.open_count == 0 and hz.next_id == 5 and hz.safe_end == 5
 
 
-def test_f1_conditional_statements_are_never_resent():
+def test_conditional_statements_are_never_resent():
     """F1 (policy): the driver's default RetryPolicy re-sends any statement after a request
     error, conditional ones included (45e5919 set no policy). Now only idempotent ones are."""
     from cassandra.policies import RetryPolicy
@@ -105,7 +105,7 @@ def test_f1_conditional_statements_are_never_resent():
     assert policy.on_write_timeout(Stmt(True), 6, WriteType.SIMPLE, 2, 0, 0)[0] == RetryPolicy.RETRY
 
 
-def test_f1_prepared_statements_carry_their_idempotence(queue_client):
+def test_prepared_statements_carry_their_idempotence(queue_client):
     conn = queue_client.conn
     assert conn.prepare("SELECT reader FROM {ks}.pointers WHERE queue_id = ?").is_idempotent
     assert not conn.prepare(
@@ -113,7 +113,7 @@ def test_f1_prepared_statements_carry_their_idempotence(queue_client):
     ).is_idempotent
 
 
-def test_f5_horizon_never_passes_a_reservation_made_during_its_reads(queue_client, queue_name):
+def test_horizon_never_passes_a_reservation_made_during_its_reads(queue_client, queue_name):
     """F5: on a new queue the range read returns no rows (and so no static `next`); 45e5919
     then read `next` separately and used it as the end, passing a reservation made between
     the two reads while it was still open (by reading: it returned safe_end 10 here; that
@@ -135,7 +135,7 @@ def test_f5_horizon_never_passes_a_reservation_made_during_its_reads(queue_clien
     assert sorted(m.id for m in got if m) == list(range(10))
 
 
-def test_f9_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
+def test_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
     """F9: create_queue wrote `monoton.next = 0` and the pointers row with the driver's client
     timestamp; a creator whose clock runs ahead shadows the reservations' compare-and-sets
     (ballot timestamps). On 45e5919 (by reading; the review's scenario) two reservations after
@@ -158,26 +158,30 @@ def test_f9_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
     assert pointers.read(conn, q).reader == 3
 
 
-def test_f10_closed_reservation_never_reopens(queue_client, queue_name, monkeypatch):
+@pytest.mark.parametrize("late", [False, True], ids=["plain close", "compare-and-set close"])
+def test_closed_reservation_never_reopens(queue_client, queue_name, late):
     """F10: the late (compare-and-set) close put a TTL on `closed` only, while the row lived
     14 days: once `closed` expired the block read as open and abandoned, and was republished
-    (duplicates). On 45e5919 with CLOSED_TTL patched to 2 s (the review's scenario) the horizon
-    reported the block abandoned 2.5 s after its close. Now a close deletes the row."""
-    monkeypatch.setattr(monoton, "CLOSED_TTL", 2, raising=False)
+    (duplicates). Now a close deletes the row: past the repair timeout, a reader sees nothing
+    open or abandoned there, its skip of the block does not apply, and repair has nothing to
+    republish. Any close that leaves the block readable as open fails here."""
     q = _queue(queue_client, queue_name, repair_timeout=1)
     conn = queue_client.conn
     res = monoton.reserve(conn, q, 5)
     write_messages(conn, q, res.lo, [b"x"] * 5)
-    time.sleep(0.6)  # past half the repair timeout: the close is the compare-and-set kind
+    if late:
+        time.sleep(0.6)  # past half the repair timeout: the close is the compare-and-set kind
     assert monoton.close(conn, q, res).result() is True
-    assert monoton.horizon(conn, q, 0).safe_end == 5
-    time.sleep(2.5)
+    time.sleep(1.2)  # past the repair timeout: an open block would now be abandoned
     hz = monoton.horizon(conn, q, 0)
     assert hz.abandoned == () and hz.safe_end == 5 and hz.open_count == 0
+    assert monoton.skip(conn, q, res.lo, res.hi) is monoton.Handed.CLOSED
+    report = queue_client.repair(queue_name)
+    assert report.republished == 0 and report.lost_ids == 0
 
 
 @pytest.mark.slow  # 20-30 s: not in make test-fast
-def test_f16_reading_the_counter_walks_no_tombstones(queue_client, queue_name):
+def test_reading_the_counter_walks_no_tombstones(queue_client, queue_name):
     """F16: `SELECT next ... LIMIT 1` has no clustering restriction, so Cassandra walks the
     partition from its first row: every closed reservation's tombstone (or expired cells on
     45e5919). Measured before the fix with this test's trace: "Read 1 live rows and 1500
@@ -197,7 +201,7 @@ def test_f16_reading_the_counter_walks_no_tombstones(queue_client, queue_name):
     assert walked < 10, read
 
 
-def test_f20_create_queue_is_all_or_nothing(queue_client, queue_name):
+def test_create_queue_is_all_or_nothing(queue_client, queue_name):
     """F20: the queue row went in first, then pointers and `monoton.next` by plain writes. On
     45e5919 (the review's scenario, by reading) a failure after the queue row left a queue
     whose reservations never applied (`put` raised ContentionError after 200 attempts) and
@@ -213,7 +217,7 @@ def test_f20_create_queue_is_all_or_nothing(queue_client, queue_name):
     assert m is not None and m.id == mid and m.payload == b"hello"
 
 
-def test_f20_queue_from_before_the_sentinel_still_works(queue_client):
+def test_queue_from_before_the_sentinel_still_works(queue_client):
     """Queues made by earlier versions have no sentinel row: the first read of the counter
     adds it."""
     conn = queue_client.conn

@@ -81,7 +81,7 @@ def _crashed_attempt_repaired(queue_client, info, queue_name: str, key: str, val
     return first
 
 
-def test_f2_replay_after_repair_rewrites_what_repair_did_not_deliver(
+def test_replay_after_repair_rewrites_what_repair_did_not_deliver(
     cassieq_options, queue_client, queue_name
 ):
     """Old code (verified): the retry found the skipped block "open", rewrote all 150 rows
@@ -104,9 +104,7 @@ def test_f2_replay_after_repair_rewrites_what_repair_did_not_deliver(
     assert drain(queue_client, queue_name) == Counter()
 
 
-def test_f2_keyed_enqueue_after_repair_rewrites_what_repair_did_not_deliver(
-    queue_client, queue_name
-):
+def test_keyed_enqueue_after_repair_rewrites_what_repair_did_not_deliver(queue_client, queue_name):
     """``producer.enqueue`` with a key (the dead-letter move) had the same hole (by reading:
     ``find_keyed`` said open, the rows went into the repaired range, the call returned)."""
     from cassieq_spark.engine.write.producer import enqueue
@@ -120,9 +118,7 @@ def test_f2_keyed_enqueue_after_repair_rewrites_what_repair_did_not_deliver(
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f2_close_lost_to_a_skip_hands_the_rows_to_repair(
-    cassieq_options, queue_client, queue_name
-):
+def test_close_lost_to_a_skip_hands_the_rows_to_repair(cassieq_options, queue_client, queue_name):
     """A task slower than the repair timeout: a reader hands its block to repair between its
     last write and its close, so the close loses (``close().result() is False``). The task
     restarts the range's repair clock and reports success; repair delivers every row once.
@@ -156,7 +152,7 @@ def _skip_and_repair_before_the_write(queue_client, queue_name):
     faults.on("writes.before_write", action)
 
 
-def test_f2_task_whose_block_is_repaired_before_its_rows_land_fails_and_retries(
+def test_task_whose_block_is_repaired_before_its_rows_land_fails_and_retries(
     cassieq_options, queue_client, queue_name
 ):
     """The writer stalls between reserving and writing for longer than twice the repair
@@ -175,7 +171,7 @@ def test_f2_task_whose_block_is_repaired_before_its_rows_land_fails_and_retries(
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f2_put_many_whose_block_is_repaired_before_its_rows_land_writes_them_again(
+def test_put_many_whose_block_is_repaired_before_its_rows_land_writes_them_again(
     queue_client, queue_name
 ):
     """Old code (verified): ``put_many`` returned ids in a repaired range, never delivered.
@@ -207,7 +203,7 @@ def _two_attempts(queue_client, cassieq_options, queue_name, values):
     return a, b
 
 
-def test_f4_rollback_of_a_found_block_keeps_the_other_attempts_rows(
+def test_rollback_of_a_found_block_keeps_the_other_attempts_rows(
     cassieq_options, queue_client, queue_name
 ):
     """The review's scenario: A finishes, B is killed and rolls back. Old code (verified): B's
@@ -219,7 +215,7 @@ def test_f4_rollback_of_a_found_block_keeps_the_other_attempts_rows(
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f4_owner_rollback_after_the_other_attempt_committed_keeps_its_rows(
+def test_owner_rollback_after_the_other_attempt_committed_keeps_its_rows(
     cassieq_options, queue_client, queue_name
 ):
     """The other order, the usual one for speculation: the copy (B, which found the block)
@@ -232,7 +228,7 @@ def test_f4_owner_rollback_after_the_other_attempt_committed_keeps_its_rows(
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f4_attempt_sharing_a_rolled_back_block_fails_and_the_retry_writes_once(
+def test_attempt_sharing_a_rolled_back_block_fails_and_the_retry_writes_once(
     cassieq_options, queue_client, queue_name
 ):
     """A rolls back first; B, which wrote into A's block, must not report success (old code,
@@ -250,7 +246,7 @@ def test_f4_attempt_sharing_a_rolled_back_block_fails_and_the_retry_writes_once(
 # -- F11: a failure after the first close must not roll anything back ----------------------
 
 
-def test_f11_counter_timeout_after_close_keeps_the_task_written(
+def test_counter_timeout_after_close_keeps_the_task_written(
     cassieq_options, queue_client, queue_name
 ):
     """Old code (verified): the counter update's timeout reached ``run``'s rollback, which
@@ -265,7 +261,7 @@ def test_f11_counter_timeout_after_close_keeps_the_task_written(
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f11_put_many_does_not_raise_after_enqueueing(queue_client, queue_name):
+def test_put_many_does_not_raise_after_enqueueing(queue_client, queue_name):
     """Old code (verified): ``put_many`` raised the counter's timeout after the messages were
     enqueued, so a caller retrying it enqueued them twice."""
     queue_client.create_queue(queue_name, bucket_size=100)
@@ -276,7 +272,7 @@ def test_f11_put_many_does_not_raise_after_enqueueing(queue_client, queue_name):
     assert drain(queue_client, queue_name) == Counter(values)
 
 
-def test_f11_one_failing_close_rolls_nothing_back(cassieq_options, queue_client, queue_name):
+def test_one_failing_close_rolls_nothing_back(cassieq_options, queue_client, queue_name):
     """Three chunks; the first closes, the second's close keeps timing out. Old code
     (verified): the rollback marked the first chunk dead although readers could already
     have delivered it, and the retry wrote it again. Now nothing is rolled back: the first
@@ -303,7 +299,7 @@ def test_f11_one_failing_close_rolls_nothing_back(cassieq_options, queue_client,
 # -- F25 / F23: a replay with other rows fails closed instead of skipping them ----------------
 
 
-def test_f25_replay_with_another_partition_layout_fails_closed(
+def test_replay_with_another_partition_layout_fails_closed(
     cassieq_options, queue_client, queue_name
 ):
     """Attempt 1: partition 1 held v100..v199 and finished; partition 0 failed. The replay cuts
@@ -336,7 +332,7 @@ def test_f25_replay_with_another_partition_layout_fails_closed(
     assert all(seen[v] == 2 for v in _values(100, 200))  # the documented price
 
 
-def test_f23_replay_with_more_rows_fails_closed(cassieq_options, queue_client, queue_name):
+def test_replay_with_more_rows_fails_closed(cassieq_options, queue_client, queue_name):
     """Old code (verified): a replay with 110 rows where the first attempt had 100 found chunk
     1 (36 rows then, 46 now) closed, logged a warning and dropped v100..v109. Now it fails.
     Extra rows in a chunk of their own are simply written (exactly once)."""
@@ -415,7 +411,7 @@ def test_compare_and_sets_that_time_out_before_running_are_sent_again(
 # -- Spark: foreachBatch with writeId (F27), a sink restarted on another target (F28) -----------
 
 
-def test_f27_foreach_batch_write_with_write_id_writes_each_row_once(
+def test_foreach_batch_write_with_write_id_writes_each_row_once(
     sspark, cassieq_options, queue_client, queue_name, tmp_path
 ):
     """``foreachBatch`` that writes with ``df.write.format("cassieq")`` and then fails; the
@@ -486,7 +482,7 @@ def test_sink_options_for_replays_are_checked(cassieq_options, options, streamin
     assert ok.write_id == "app-7"
 
 
-def test_f28_restart_with_another_queue_is_refused(
+def test_restart_with_another_queue_is_refused(
     sspark, cassieq_options, queue_client, queue_name, tmp_path
 ):
     """A crash after the sink wrote batch 1 but before Spark's commit; the query restarts on the
@@ -517,7 +513,7 @@ def test_f28_restart_with_another_queue_is_refused(
     assert drain(queue_client, queue_name) == Counter(expected)
 
 
-def test_f28_target_record_follows_the_queue_incarnation(tmp_path):
+def test_target_record_follows_the_queue_incarnation(tmp_path):
     """The record names cluster, keyspace, queue and incarnation: a queue deleted and created
     again under the same name is another target too (the replay would not find its keys)."""
     from cassieq_spark.errors import ConfigError
@@ -541,7 +537,7 @@ def test_f28_target_record_follows_the_queue_incarnation(tmp_path):
         check_target(ckpt, again, allow_change=False)
 
 
-def test_f25_queue_to_queue_replay_with_another_layout_fails_closed_in_spark(
+def test_queue_to_queue_replay_with_another_layout_fails_closed_in_spark(
     sspark, cassieq_options, queue_client, queue_name, tmp_path
 ):
     """The review's experiment E2, smaller: queue to queue through a real partial failure.

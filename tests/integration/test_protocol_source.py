@@ -39,7 +39,7 @@ def acked_flag(queue_client, queue: str, mid: int):
 
 
 @pytest.mark.spark
-def test_f24_checkpoint_reused_with_another_queue_fails_and_acks_nothing(
+def test_checkpoint_reused_with_another_queue_fails_and_acks_nothing(
     spark, queue_client, queue_name, cassieq_options, tmp_path
 ):
     """Old code (verified): the query on queue B applied A's stored reader position (id 10) to
@@ -66,7 +66,7 @@ def test_f24_checkpoint_reused_with_another_queue_fails_and_acks_nothing(
 
 
 @pytest.mark.spark
-def test_f24_checkpoint_after_queue_recreated_fails_and_acks_nothing(
+def test_checkpoint_after_queue_recreated_fails_and_acks_nothing(
     spark, queue_client, queue_name, cassieq_options, tmp_path
 ):
     """Old code (verified): after delete + create, the restarted query moved the new queue's
@@ -90,7 +90,7 @@ def test_f24_checkpoint_after_queue_recreated_fails_and_acks_nothing(
     assert st["acked"] == 0 and st["reader_pointer"] == 0 and st["backlog"] == 100
 
 
-def test_f23_running_stream_fails_when_its_queue_is_deleted_or_recreated(
+def test_running_stream_fails_when_its_queue_is_deleted_or_recreated(
     queue_client, queue_name, drivers
 ):
     """Old code (verified): the stream kept the incarnation it resolved at start; after a
@@ -115,7 +115,7 @@ def test_f23_running_stream_fails_when_its_queue_is_deleted_or_recreated(
 
 
 @pytest.mark.spark
-def test_f26_older_checkpoint_does_not_redeliver_what_another_query_acked(
+def test_older_checkpoint_does_not_redeliver_what_another_query_acked(
     spark, queue_client, queue_name, cassieq_options, tmp_path
 ):
     """The review's steps. Old code (verified): the restart of A on its checkpoint delivered
@@ -149,14 +149,16 @@ def test_f26_older_checkpoint_does_not_redeliver_what_another_query_acked(
     assert st["acked"] == 155 and st["backlog"] == 0
 
 
-def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
+def test_batch_starts_at_the_reader_pointer_and_replays_deterministically(
     queue_client, queue_name, drivers
 ):
     """A batch planned after another consumer moved the reader pointer past `start` skips the
     ids consumed meanwhile; its offset records where it starts, so a replay on a new reader
-    (after a crash, with the pointer moved further) reads exactly the same ids.
-    Old code (verified): the id path started at `start.id` whatever the pointer said: the
-    batch delivered all 40 ids, the 20 consumed ones again."""
+    (after a crash, with a client consuming part of the batch meanwhile) reads exactly the
+    same ids. Old code (verified): the id path started at `start.id` whatever the pointer
+    said: the batch delivered all 40 ids, the 20 consumed ones again. Until G9's fix, the
+    client's gets and acks took ids 20..29 out of the replay (the pointer moved alone did not
+    touch a row, so it could not show that)."""
     queue_client.create_queue(queue_name, bucket_size=10)
     ids = queue_client.put_many(queue_name, [b"m"] * 40)
     a = drivers(queue_name, consumerId="same")
@@ -166,7 +168,11 @@ def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
     end = a.plan()
     assert end["from"] == 20 and end["id"] == 40
     assert a.read(s, end) == ids[20:]
-    pointers.advance(queue_client.conn, q, "reader", 30)  # and moves on while we crash
+    a.reader.stop()  # the run crashes; a client consumes part of the batch meanwhile
+    got = queue_client.get_many(queue_name, 10, visibility_timeout=60)
+    assert [m.id for m in got] == ids[20:30]
+    acks = queue_client.ack_many(queue_name, [m.pop_receipt for m in got])
+    assert [r.status for r in acks] == ["ok"] * 10
     replay = drivers(queue_name, consumerId="same")
     assert replay.read(s, end) == ids[20:]
     replay.start(end)
@@ -178,7 +184,7 @@ def test_f26_batch_starts_at_the_reader_pointer_and_replays_deterministically(
 # -- F12: ack only what the batch delivered ------------------------------------------------------
 
 
-def test_f12_client_change_after_the_read_is_not_acked_and_comes_in_a_later_batch(
+def test_client_change_after_the_read_is_not_acked_and_comes_in_a_later_batch(
     queue_client, queue_name, drivers
 ):
     """Client C holds X (invisible for 60 s) when the stream starts. After the stream's batch
@@ -214,7 +220,7 @@ def test_f12_client_change_after_the_read_is_not_acked_and_comes_in_a_later_batc
 # -- F14: the lease is a fence ---------------------------------------------------------------------
 
 
-def test_f14_run_whose_lease_lapsed_and_was_taken_acks_nothing(queue_client, queue_name, drivers):
+def test_run_whose_lease_lapsed_and_was_taken_acks_nothing(queue_client, queue_name, drivers):
     """Run A's renewals fail (Cassandra slow for A) for longer than the lease timeout; query B
     takes the lapsed lease. Old code (verified): A's commit() acked its batch anyway (reader
     pointer 10) while B consumed the queue. Now A's commit fails with QueueBusyError and moves
@@ -245,7 +251,7 @@ def test_f14_run_whose_lease_lapsed_and_was_taken_acks_nothing(queue_client, que
         a.plan()
 
 
-def test_f14_two_runs_with_one_consumer_id_the_later_one_wins(queue_client, queue_name, drivers):
+def test_two_runs_with_one_consumer_id_the_later_one_wins(queue_client, queue_name, drivers):
     """Old code (verified): both runs wrote owner 'stream:x' and both "held" the lease; the
     earlier run's commit acked while the later one consumed. Now the later run takes over at
     once and the earlier one fails with QueueBusyError on its next ack."""
@@ -267,9 +273,7 @@ def test_f14_two_runs_with_one_consumer_id_the_later_one_wins(queue_client, queu
 # -- F21: renewals and release, process-lifetime state ------------------------------------------
 
 
-def test_f21_renewal_racing_with_stop_does_not_take_the_lease_back(
-    queue_client, queue_name, drivers
-):
+def test_renewal_racing_with_stop_does_not_take_the_lease_back(queue_client, queue_name, drivers):
     """The renewer is inside a renewal when stop() releases the lease. Old code (verified: a
     renewal, i.e. acquire_lease, run right after stop() took the free lease back through its
     takeover branch) blocked other consumers for a lease period after the release. Now
@@ -304,7 +308,7 @@ def test_f21_renewal_racing_with_stop_does_not_take_the_lease_back(
     assert queue_client.get(queue_name) is None  # clients are not blocked
 
 
-def test_f21_recorded_abandoned_ranges_are_pruned(queue_client, queue_name, drivers):
+def test_recorded_abandoned_ranges_are_pruned(queue_client, queue_name, drivers):
     """Old code (verified): every abandoned range the stream handed to repair stayed in
     `_recorded` for the life of the driver process ({(3, 7)} here after the stream passed it)."""
     q = queue_client.create_queue(queue_name, bucket_size=10, repair_timeout=1)
@@ -326,7 +330,7 @@ def test_f21_recorded_abandoned_ranges_are_pruned(queue_client, queue_name, driv
 # -- F29: the batch time is Cassandra's, not the driver's -----------------------------------------
 
 
-def test_f29_driver_clock_ahead_does_not_deliver_delayed_messages_early(
+def test_driver_clock_ahead_does_not_deliver_delayed_messages_early(
     queue_client, queue_name, drivers
 ):
     """Old code (verified): with the driver's clock an hour ahead, the batch time was an hour
@@ -353,7 +357,7 @@ def test_f29_driver_clock_ahead_does_not_deliver_delayed_messages_early(
 # -- F23: AvailableNow reaches its target -----------------------------------------------------------
 
 
-def test_f23_available_now_waits_for_a_block_still_being_written(queue_client, queue_name, drivers):
+def test_available_now_waits_for_a_block_still_being_written(queue_client, queue_name, drivers):
     """A writer holds a young open block between two written ones when the AvailableNow run
     starts. Old code (verified): the target was the horizon, i.e. the open block's start: the
     run ended without the messages above it. Now the target is everything reserved at start,
@@ -394,9 +398,7 @@ class Statements:
         return out
 
 
-def test_f17_ack_reads_only_delayed_rows_and_planning_is_windowed(
-    queue_client, queue_name, drivers
-):
+def test_ack_reads_only_delayed_rows_and_planning_is_windowed(queue_client, queue_name, drivers):
     """Old code (verified): commit re-read every row of the batch on the driver (an unfiltered
     range read of 252 rows per ack), and with maxMessagesPerTrigger latestOffset still read
     every reservation of the backlog (no upper bound on `lo`). Now plain messages are counted

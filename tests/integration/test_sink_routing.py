@@ -1,5 +1,6 @@
 """Routing in the sink (issue 16, item 5): a ``queue`` column names each row's queue, as Kafka's
-``topic`` column does; null falls back to option ``queue``. Every destination gets the
+``topic`` column does; null falls back to option ``queue`` when ``routeByColumn=true`` says
+so. Every destination gets the
 replay-keyed write, so a replayed micro-batch or a retried task writes each row once in its
 queue; an unknown queue fails the task with nothing written, unless ``createQueue=true``.
 
@@ -85,7 +86,8 @@ def test_stream_routes_rows_and_replay_adds_nothing(
     for rows in files.values():
         for r in rows:
             expected[r["q"] or a].append(r["v"])
-    extra = {"queue": a, "createQueue": "true", "idBlockSize": "16"}  # several chunks per queue
+    # several chunks per queue; option 'queue' takes the null rows (routeByColumn=true)
+    extra = {"queue": a, "routeByColumn": "true", "createQueue": "true", "idBlockSize": "16"}
     _stream(sspark, cassieq_options, src, ckpt, **extra)
     for q, values in expected.items():
         assert_df_equality(
@@ -169,6 +171,7 @@ def test_unknown_queue_fails_and_writes_nothing(sspark, cassieq_options, queue_c
             df.write.format("cassieq")
             .options(**cassieq_options)
             .option("queue", a)
+            .option("routeByColumn", "true")
             .mode("append")
             .save()
         )

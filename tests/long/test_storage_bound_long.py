@@ -1,6 +1,7 @@
 """Storage bounded by what is in flight, not by history, over long histories: 10,000 messages
 (about four minutes here) and 100,000 through every path of a queue. The same check at 2,000
-messages runs in `make test` (test_f22 of tests/integration/test_protocol_consumer.py)."""
+messages runs in `make test` (test_storage_stays_bounded_whatever_the_history of
+tests/integration/test_protocol_consumer.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+PAGES = (ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md")))
 NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(\S.*?)\s*-->\s*$")
 FENCE = re.compile(r"^\s*```(\w*)\s*$")
 

@@ -36,6 +36,15 @@ class Driver:
         self.delivered.update(ids)
         return ids
 
+    def rows(self, start: dict, end: dict) -> list[dict]:
+        """Every column of the rows the batch ``(start, end]`` delivers, one dict per row."""
+        out = []
+        for part in self.reader.partitions(start, end):
+            for batch in self.reader.read(part):
+                out.extend(batch.to_pylist())
+        self.delivered.update(r["id"] for r in out)
+        return out
+
     def batch(self, limit=None) -> list[int]:
         """Plan, read and move on (acked by the next plan or by commit())."""
         end = self.plan(limit)

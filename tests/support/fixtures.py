@@ -169,3 +169,19 @@ def drivers(queue_client, cassieq_options):
     yield make
     for d in made:
         d.reader.stop()
+
+
+@pytest.fixture
+def query_drivers(cassieq_options):
+    """``query_drivers(**options)``: a :class:`~support.driver.Driver` with the connection and
+    the options given (``queues``, ``queuePattern``, ...), stopped at the end of the test."""
+    made: list[Driver] = []
+
+    def make(**options) -> Driver:
+        d = Driver(dict(cassieq_options), **options)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.reader.stop()

@@ -9,7 +9,7 @@ import pytest
 
 from cassieq_spark.errors import CheckpointMismatchError, ConfigError
 from cassieq_spark.spark.offset import MultiOffset, SourceOffset
-from cassieq_spark.spark.queue_stream import shares
+from cassieq_spark.spark.queue_stream import split_cap
 
 QID = "0b5c0c8e-3d4f-4f43-9a7e-5d7f4a0f3e21"
 
@@ -112,13 +112,36 @@ def test_bad_multi_offsets_are_refused(bad):
         MultiOffset.from_dict(bad)
 
 
+def _shares(max_rows, names, turn, has=None):
+    """The shares split_cap hands out when queue ``n`` has ``has[n]`` messages (default: plenty)."""
+    got = {}
+
+    def plan_one(name, share):
+        got[name] = share
+        return min(share, (has or {}).get(name, 10**9)) if share is not None else 0
+
+    split_cap(max_rows, names, turn, plan_one)
+    return got
+
+
 def test_row_cap_shares_go_round():
     names = ["a", "b", "c"]
-    assert shares(None, names, 0) == {"a": None, "b": None, "c": None}
-    assert shares(10, names, 0) == {"a": 4, "b": 3, "c": 3}
-    assert shares(10, names, 1) == {"b": 4, "c": 3, "a": 3}
-    assert sum(shares(10, names, 5).values()) == 10
+    assert _shares(None, names, 0) == {"a": None, "b": None, "c": None}
+    assert _shares(10, names, 0) == {"a": 4, "b": 3, "c": 3}
+    assert _shares(10, names, 1) == {"b": 4, "c": 3, "a": 3}
+    assert sum(_shares(10, names, 5).values()) == 10
     # below one message per queue: each queue gets its turn within len(names) triggers
-    turns = [shares(1, names, t) for t in range(3)]
+    turns = [_shares(1, names, t) for t in range(3)]
     assert [next(n for n, v in s.items() if v) for s in turns] == ["a", "b", "c"]
-    assert shares(5, [], 0) == {}
+    assert _shares(5, [], 0) == {}
+
+
+def test_a_share_left_unused_goes_to_the_next_queues():
+    """S12 (review 2): a queue with nothing leaves its share to the queues after it, so a
+    trigger is empty only when every queue is."""
+    assert _shares(1, ["a", "b"], 0, has={"a": 0, "b": 3}) == {"a": 1, "b": 1}
+    assert _shares(10, ["a", "b", "c"], 0, has={"a": 1, "b": 0, "c": 50}) == {
+        "a": 4,
+        "b": 5,
+        "c": 9,
+    }

@@ -145,6 +145,7 @@ def test_source_schema_matches_ddl() -> None:
         "bucket",
         "delivery_count",
         "queue",
+        "incarnation",
     ]
 
 
@@ -191,7 +192,8 @@ def test_sink_queue_column_makes_option_queue_optional() -> None:
     layout = check_input_schema(schema)
     assert layout.queue == 1
     assert sink_options({}, queue_column=True).default_queue is None
-    assert sink_options(BASE, queue_column=True).default_queue == "events"
+    routed = {**BASE, "routeByColumn": "true"}
+    assert sink_options(routed, queue_column=True).default_queue == "events"
     with pytest.raises(ConfigError, match="or a string column 'queue' in the input"):
         sink_options({})
     bad = StructType([StructField("value", StringType()), StructField("queue", LongType())])

@@ -22,7 +22,7 @@ NTS = "org.apache.cassandra.locator.NetworkTopologyStrategy"
 
 
 @pytest.mark.parametrize("level", ["ONE", "TWO", "THREE", "LOCAL_ONE", "ANY", "one"])
-def test_f8_consistency_below_quorum_is_refused(level):
+def test_consistency_below_quorum_is_refused(level):
     """Old code (verified): ONE, TWO, THREE and LOCAL_ONE were accepted for every read and
     write, and every "closed block => its rows are visible" argument needs R + W > RF."""
     with pytest.raises(ConfigError, match=f"(?i)consistency '{level}' is below a quorum"):
@@ -32,11 +32,11 @@ def test_f8_consistency_below_quorum_is_refused(level):
 
 
 @pytest.mark.parametrize("level", ["LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL", "quorum"])
-def test_f8_quorum_levels_are_accepted(level):
+def test_quorum_levels_are_accepted(level):
     assert ConnectionConfig(consistency=level).consistency == level
 
 
-def test_f7_limits_are_named():
+def test_limits_are_named():
     """Old code (verified): no upper bound at all."""
     assert delay_seconds(MAX_DELAY_SECONDS) == MAX_DELAY_SECONDS
     with pytest.raises(ConfigError, match=r"delay must be at most 43200 seconds \(12 hours\)"):
@@ -64,14 +64,14 @@ def test_f7_limits_are_named():
         validate_settings(**{**base, "message_ttl": 21 * 365 * 86400})
 
 
-def test_f6_replica_data_centers():
+def test_replica_data_centers():
     assert replica_data_centers({"class": NTS, "dc1": "3", "dc2": "0"}, ["dc1", "dc2"]) == {"dc1"}
     assert replica_data_centers({"class": NTS, "dc1": "3", "dc2": "2/1"}, []) == {"dc1", "dc2"}
     simple = {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "3"}
     assert replica_data_centers(simple, ["a", "b"]) == {"a", "b"}
 
 
-def test_f6_local_levels_are_refused_across_data_centers():
+def test_local_levels_are_refused_across_data_centers():
     """Old code (verified): nothing looked at the keyspace's replication."""
     two = {"class": NTS, "dc1": "1", "dc2": "1"}
     with pytest.raises(

@@ -124,7 +124,7 @@ def never_issued(
                 f"message {r.message_id} has had receipts up to version {version}, not {r.version}"
             )
     if missing:
-        end = monoton.next_id(c.conn, queue)
+        end = monoton.counter(c.conn, queue)
         for r in missing:
             if r.message_id >= end:
                 out[r] = f"the queue has no message {r.message_id} (its ids so far are below {end})"

@@ -13,7 +13,7 @@ The reader pointer moves past every message that has been delivered once, is del
 in a reservation handed to repair: those come back through timers or repair, so the pointer
 never stalls behind them.
 
-A get's cost is bounded whatever the backlog (finding F18): see ``timer_path.py`` for the timers;
+A get's cost is bounded whatever the backlog: see ``timer_path.py`` for the timers;
 on the reader path a get tries a few candidates, then reads the stretch afresh rather than
 try each candidate it read (each lost claim costs a Paxos round and leaves a timer behind).
 """
@@ -59,7 +59,7 @@ CANDIDATE_SPREAD = 8  # consumers pick among the first few candidates to race le
 POINTER_MOVE_INTERVAL = 0.5  # seconds between reader-pointer moves by one client
 SCAN_ROUNDS = 4  # reader path: fresh reads of a contended stretch per get
 
-# Cells written after the insert carry what is left of the message's TTL (finding F19).
+# Cells written after the insert carry what is left of the message's TTL.
 # ``claimed_by`` names this claim, so that a read after a lost reply tells it from another
 # consumer's claim of the same version (their due times may fall in the same millisecond).
 _CLAIM = (
@@ -159,7 +159,7 @@ class Consumer:
         )
 
     def _fence(self, queue: QueueInfo, row, version: int) -> None:
-        """The lease check in :meth:`get` and the claim are two steps (finding F14): a
+        """The lease check in :meth:`get` and the claim are two steps: a
         streaming query that took the lease in between may have planned this message. Look
         again after the claim; if a stream holds the lease, give the message back to it
         (:meth:`give_back`) and refuse, so that it is never in flight with the client and

@@ -1,7 +1,7 @@
 """The client's timer path: messages that come back through their timers (expired deliveries,
 delayed messages), from the invisibility pointer up to now.
 
-Its cost is bounded whatever the backlog (finding F18): the due rows are read a growing window
+Its cost is bounded whatever the backlog: the due rows are read a growing window
 at a time, never more than ``TIMER_READ_WINDOW`` at once; ids this client knows to be held are
 not read again before they are due, nor the ones it acked itself; and it gives up after
 ``MAX_LOST_CLAIMS`` lost claims (each lost claim costs a Paxos round and leaves a timer behind).
@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core import pointers, timers
+from ..core import pointers, queues, timers
 from ..core.buckets import bucket_of
 from ..core.clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
 from ..core.messages import MOVED_DLQ, Message, is_expired
@@ -30,6 +30,7 @@ CONTENDED_SECONDS = 1.0  # a message someone else just claimed is not looked at 
 SCAN_COLUMNS = (
     "id, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead, moved"
 )
+KEEPS_SECONDS = 60.0  # how long a client trusts "is a dead-letter queue" before reading again
 ROW = "SELECT {cols} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
 
 
@@ -45,6 +46,17 @@ class TimerPath:
         # (queue_id, id) -> (version, timer slot) of deliveries this client made: its own
         # acks make their timers final without a read.
         self._holding: dict = {}
+        # queue_id -> (answer, until): does the queue keep messages past their delivery
+        # limit (a dead-letter queue, ``queues.keeps_past_delivery_limit``)? Read again
+        # after ``KEEPS_CACHE_SECONDS``.
+        self._keeps_cache: dict = {}
+
+    def _keeps(self, queue: QueueInfo, now: float) -> bool:
+        cached = self._keeps_cache.get(queue.queue_id)
+        if cached is None or cached[1] <= now:
+            cached = (queues.keeps_past_delivery_limit(self.conn, queue), now + KEEPS_SECONDS)
+            self._keeps_cache[queue.queue_id] = cached
+        return cached[0]
 
     def delivered(self, queue: QueueInfo, message_id: int, version: int, due: float) -> None:
         if len(self._holding) > 100_000:
@@ -127,7 +139,9 @@ class TimerPath:
                     # never delivered and never delayed: the reader path owns it
                     seen[row.id] = math.inf
                     continue
-                if (row.deliveries or 0) >= queue.max_delivery_count:
+                if (row.deliveries or 0) >= queue.max_delivery_count and not self._keeps(
+                    queue, now
+                ):
                     if deadletter.take(self.conn, self.counters, queue, row, now):
                         seen[row.id] = math.inf
                     else:

@@ -126,7 +126,7 @@ def is_expired(row, queue: QueueInfo, now: float) -> bool:
     """The message's TTL has passed: its payload is gone (or about to be); never deliver it.
 
     ``enqueued_at`` is written with the payload, under the same TTL: a row without it only
-    holds cells written later (a delivery, an ack), never a message (finding F19)."""
+    holds cells written later (a delivery, an ack), never a message."""
     if row.enqueued_at is None:
         return True
     return bool(queue.ttl) and to_epoch(row.enqueued_at) + queue.ttl <= now
@@ -228,7 +228,7 @@ def write_messages(
     Payloads must already be bytes within the size limit. Delayed messages also get a timer
     so they come back when due even after readers have passed their id. Timers are written
     (and waited for) before the rows: a writer that dies mid-block never leaves a delayed row
-    without its timer (finding F3); a timer without its row is skipped by readers.
+    without its timer; a timer without its row is skipped by readers.
 
     This is the sink's hot path. Values are serialized here rather than by the driver's
     ``bind`` (which re-encodes the constant queue id, timestamp and TTL for every row); absent

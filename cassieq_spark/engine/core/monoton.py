@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 # A reservation never spans more ids than this, so a reader looking for reservations that
 # overlap id x only has to look at rows with lo >= x - MAX_BLOCK.
 MAX_BLOCK = 10_000
+# One read of the reservations covers at most this many ids (so rows, and closed reservations'
+# tombstones): readers of the whole backlog read it step by step. Two blocks: a windowed
+# reader's look-back and window fit in one read.
+HORIZON_STEP = 2 * MAX_BLOCK
 OPEN_TTL = 14 * 24 * 3600  # an open reservation outlives any repair timeout
 # A forgotten keyed block's row is kept this long from the forget on: longer than the key that
 # names it, which was written (with the reservation_keys table's TTL, as long) before.
@@ -97,7 +101,7 @@ class Horizon:
 
 def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     """The counter, read through the sentinel row: a read of the partition's first row
-    would walk every tombstone that closed reservations left (finding F16)."""
+    would walk every tombstone that closed reservations left."""
     cql = "SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?"
     if serial:
         # At the serial level the read finishes any Paxos round in progress on the partition:
@@ -116,9 +120,10 @@ def _read_next(conn: Connection, queue: QueueInfo, serial: bool) -> int:
     return (row.next or 0) if row else 0
 
 
-def next_id(conn: Connection, queue: QueueInfo) -> int:
-    """The allocation counter: every id a writer was ever given is below it (a receipt that
-    names a larger id was not issued by a get)."""
+def counter(conn: Connection, queue: QueueInfo) -> int:
+    """The allocation counter: every id below it is reserved (written, being written, or
+    abandoned), and every id a writer was ever given is below it (a receipt that names a larger
+    id was not issued by a get). One row read, whatever the backlog."""
     return _read_next(conn, queue, serial=False)
 
 
@@ -349,24 +354,39 @@ def horizon(
 
     With ``window``, only reservations up to ``from_id + window`` are looked at and the safe
     end is capped there: the cost of a call then follows what the caller will read, not the
-    backlog.
+    backlog. Without, the reservations are read :data:`HORIZON_STEP` ids at a time up to the
+    first open one younger than the repair timeout (``open_count`` counts those read).
     """
     now = clock.now() if now is None else now
     lo_from = max(0, from_id - MAX_BLOCK)
-    rows = _reservations(conn, queue, lo_from, None if window is None else from_id + window)
+    limit = None if window is None else from_id + window
+    # The first read, up to one step, returns the counter (static) with its rows: every
+    # reservation below that counter was made before the read, so later steps, bounded by
+    # it, see every one of them, and none made since can lie below the end given out.
+    first_end = lo_from + HORIZON_STEP if limit is None else min(limit, lo_from + HORIZON_STEP)
+    rows = _reservations(conn, queue, lo_from, first_end)
     if not any(r.next is not None for r in rows):
         # No row in range, so Cassandra returned no static `next` with it. Reading `next` now
         # and using it as the end would pass a reservation made in between, still open; so
         # look again below the `next` just read: whatever was reserved before that read shows.
         faults.point("monoton.horizon_no_rows", queue=queue)
         next_id = _read_next(conn, queue, serial=False)
-        upper = next_id if window is None else min(next_id, from_id + window)
-        rows = [*_reservations(conn, queue, lo_from, upper), _Next(next_id)]
-    next_id = max((r.next for r in rows if r.next is not None), default=0)
+        rows = [*_reservations(conn, queue, lo_from, min(first_end, next_id)), _Next(next_id)]
+    next_id = max(r.next for r in rows if r.next is not None)
+    upper = next_id if limit is None else min(next_id, limit)
+    cutoff = now - queue.repair_timeout
+    lo = first_end
+    step = rows
+    while lo < upper and not _young_open(step, from_id, cutoff):
+        # Step by step: one read never walks more than a step of closed reservations (row
+        # tombstones until compaction), far below what makes Cassandra abort a read. Past an
+        # open reservation younger than the repair timeout nothing matters: the end is below.
+        step = _reservations(conn, queue, lo, min(upper, lo + HORIZON_STEP))
+        rows.extend(step)
+        lo += HORIZON_STEP
     safe_end = None
     abandoned: list[tuple[int, int]] = []
     open_count = 0
-    cutoff = now - queue.repair_timeout
     for r in rows:
         if r.lo is None or r.hi is None or r.hi <= from_id:
             continue  # a row without `hi` is what is left of a closed one
@@ -378,8 +398,7 @@ def horizon(
             abandoned.append((r.lo, r.hi))  # repair owns it, whatever its writer did since
             continue
         open_count += 1
-        created = r.created_at.replace(tzinfo=dt.timezone.utc).timestamp() if r.created_at else 0.0
-        if created < cutoff:
+        if _created(r) < cutoff:
             abandoned.append((r.lo, r.hi))
         else:
             safe_end = r.lo if safe_end is None else min(safe_end, r.lo)
@@ -399,10 +418,26 @@ class _Next:
     hi: None = None
 
 
-def _reservations(conn: Connection, queue: QueueInfo, lo_from: int, lo_below: int | None) -> list:
+def _young_open(rows: list, from_id: int, cutoff: float) -> bool:
+    """Does an open reservation younger than ``cutoff`` end above ``from_id`` among ``rows``?
+    Then the safe end lies at or below its ``lo``: reservations above it do not matter."""
+    return any(
+        r.lo is not None
+        and r.hi is not None
+        and r.hi > from_id
+        and not r.closed
+        and not r.skipped
+        and _created(r) >= cutoff
+        for r in rows
+    )
+
+
+def _created(r) -> float:
+    return r.created_at.replace(tzinfo=dt.timezone.utc).timestamp() if r.created_at else 0.0
+
+
+def _reservations(conn: Connection, queue: QueueInfo, lo_from: int, lo_below: int) -> list:
     cols = "SELECT next, lo, hi, created_at, closed, skipped FROM {ks}.monoton WHERE queue_id = ?"
-    if lo_below is None:
-        return list(conn.execute(cols + " AND lo >= ?", (queue.queue_id, lo_from)))
     if lo_below <= lo_from:
         return []
     return list(conn.execute(cols + " AND lo >= ? AND lo < ?", (queue.queue_id, lo_from, lo_below)))
@@ -443,7 +478,7 @@ def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> R
 
     The key is claimed with a compare-and-set after the block is reserved. If its reply is
     lost, or the driver sends it twice, the key may already name *our* block: the ``lo``
-    decides, never "not applied" alone (that was a whole chunk lost: finding F1).
+    decides, never "not applied" alone (that was a whole chunk lost).
     """
     found = find_keyed(conn, queue, key)
     if found is not None:

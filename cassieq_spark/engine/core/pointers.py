@@ -168,7 +168,7 @@ def renew_lease(
 ) -> bool:
     """Extend the lease this run holds (``owner`` with ``token``) to ``until``. Never takes a
     lease that is free or someone else's: a renewal after a release, or after another run
-    took over, fails (finding F21)."""
+    took over, fails."""
     res = conn.cas(
         "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? "
         "IF lease_owner = ? AND lease_until = ?",

@@ -14,7 +14,7 @@ from ...config import (
     validate_queue_name,
     visibility_seconds,
 )
-from ...errors import ConfigError, QueueExistsError, QueueNotFoundError
+from ...errors import ConfigError, ContentionError, QueueExistsError, QueueNotFoundError
 from ..store import faults
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
@@ -27,6 +27,25 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # (16 MiB by default) and v4 frames above 16 MiB. Payload plus headers
 # (messages.MAX_HEADERS_BYTES) plus the row's other cells stay below both.
 MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
+CREATE_ATTEMPTS = 3  # writes of the queue row that timed out before they ran
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """What a queue is created with: the one place the defaults are written. The client, the
+    command line, the Spark options and the HTTP service take their defaults from
+    :data:`DEFAULT_SETTINGS`."""
+
+    bucket_size: int = DEFAULT_BUCKET_SIZE
+    max_delivery_count: int = 5
+    visibility_timeout: float = 30.0
+    repair_timeout: float = 15.0
+    dead_letter_queue: str | None = None
+    message_ttl: int | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+
+
+DEFAULT_SETTINGS = QueueSettings()
 
 
 @dataclass(frozen=True)
@@ -35,13 +54,13 @@ class QueueInfo:
 
     name: str
     queue_id: uuid.UUID
-    bucket_size: int = DEFAULT_BUCKET_SIZE
-    max_delivery_count: int = 5
-    visibility_timeout: float = 30.0
-    repair_timeout: float = 15.0
+    bucket_size: int = DEFAULT_SETTINGS.bucket_size
+    max_delivery_count: int = DEFAULT_SETTINGS.max_delivery_count
+    visibility_timeout: float = DEFAULT_SETTINGS.visibility_timeout
+    repair_timeout: float = DEFAULT_SETTINGS.repair_timeout
     dead_letter_queue: str | None = None
     message_ttl: int | None = None
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes
     created_at: dt.datetime | None = None
 
     def as_dict(self) -> dict:
@@ -153,15 +172,23 @@ def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
 def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
+    if exist_ok:
+        # An existing queue is used as it is: one read, no compare-and-set, no rows written
+        # for an incarnation that would lose it (a sink with createQueue=true asks for its
+        # queue on every micro-batch and routed task).
+        try:
+            return get_queue(conn, name)
+        except QueueNotFoundError:
+            pass
     if s["dead_letter_queue"]:
-        # A dead-letter queue that does not exist would fail the first message that needs it
-        # (finding F13); the delete of a referenced queue is caught at dead-letter time.
+        # A dead-letter queue that does not exist would fail the first message that needs it;
+        # the delete of a referenced queue is caught at dead-letter time.
         _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
     qid = uuid.uuid4()
     # The incarnation's pointers and counter go in first: until the queue row below names
     # `qid` nobody can reach them, so a crash in between leaves unreachable rows, never a
-    # queue without them (finding F20). Stamped with timestamp 1, they lose to any later
-    # write, compare-and-sets included, whatever the creator's clock says (F9). The
+    # queue without them. Stamped with timestamp 1, they lose to any later
+    # write, compare-and-sets included, whatever the creator's clock says. The
     # invisibility pointer starts at slot 0: the first consumer moves it to its own "now".
     init = conn.execute_async(
         "INSERT INTO {ks}.pointers (queue_id, reader, repair, timer_slot) VALUES (?, 0, 0, 0) "
@@ -174,32 +201,45 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
     )
     init.result()
     faults.point("queues.before_queue_row", qid=qid)
-    res = conn.cas(
-        "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
-        "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
-        (
-            name,
-            qid,
-            s["bucket_size"],
-            s["max_delivery_count"],
-            s["visibility_timeout"],
-            s["repair_timeout"],
-            s["dead_letter_queue"],
-            s["message_ttl"],
-            s["max_payload_bytes"],
-        ),
-        read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
-        read_params=(name,),
-        applied=lambda row: row is not None and row.queue_id == qid,
-    )
-    if not res.was_applied:
+    for _attempt in range(CREATE_ATTEMPTS):
+        res = conn.cas(
+            "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
+            "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+            (
+                name,
+                qid,
+                s["bucket_size"],
+                s["max_delivery_count"],
+                s["visibility_timeout"],
+                s["repair_timeout"],
+                s["dead_letter_queue"],
+                s["message_ttl"],
+                s["max_payload_bytes"],
+            ),
+            read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
+            read_params=(name,),
+            applied=lambda row: row is not None and row.queue_id == qid,
+        )
+        # The queue row decides, not "not applied" alone: a copy sent again after the first
+        # applied finds our own row (and our incarnation's rows must then stay).
+        named = getattr(res.one(), "queue_id", None)
+        if res.was_applied or named == qid:
+            break
+        if named is None:
+            continue  # it never ran (settled after a timeout): nobody holds the name yet
+        # Another incarnation holds the name: ours was never reachable; drop its rows.
         for table in ("pointers", "monoton"):
             conn.execute_async(f"DELETE FROM {{ks}}.{table} WHERE queue_id = ?", (qid,))
         if exist_ok:
             return get_queue(conn, name)
         raise QueueExistsError(
             f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
+        )
+    else:
+        raise ContentionError(
+            f"could not create queue {name!r}: its row was not written after "
+            f"{CREATE_ATTEMPTS} attempts (Cassandra timed out); retry create_queue"
         )
     log.info("created queue %s (%s)", name, qid)
     return get_queue(conn, name)
@@ -219,6 +259,18 @@ def list_queues(conn: Connection) -> list[QueueInfo]:
     return sorted(
         (_row_to_info(r) for r in conn.execute(_SELECT) if r.queue_id), key=lambda q: q.name
     )
+
+
+def keeps_past_delivery_limit(conn: Connection, queue: QueueInfo) -> bool:
+    """A message of ``queue`` delivered ``max_delivery_count`` times stays (delivered again)
+    instead of being dropped: ``queue`` has no dead-letter queue of its own and is another
+    queue's. Its messages are dead letters already; inspecting them (``get`` without an ack)
+    or redrives that fail must never drop them. One read of the queue table, asked only when
+    a message reached the limit."""
+    if queue.dead_letter_queue is not None:
+        return False
+    rows = conn.execute("SELECT name, queue_id, dead_letter_queue FROM {ks}.queues")
+    return any(r.queue_id and r.dead_letter_queue == queue.name for r in rows)
 
 
 def delete_queue(conn: Connection, name: str) -> QueueInfo:

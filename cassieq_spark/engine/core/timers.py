@@ -10,7 +10,7 @@ A timer must outlive its due time by as long as consumers may be away, whatever 
 each one is written with a TTL of (due - now) + the *retention*, the timers table's
 ``default_time_to_live`` (14 days unless an operator changes it). A table TTL alone counts
 from the write, so a timer for a delay longer than it, or a message due while every consumer
-was down for longer than what was left of it, vanished before anyone read it (finding F7).
+was down for longer than what was left of it, vanished before anyone read it.
 Repair deletes the slots well behind the invisibility pointer, which nobody reads again.
 """
 

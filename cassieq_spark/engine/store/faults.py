@@ -7,7 +7,10 @@ Nothing of Cassandra is faked. Every statement the engine sends goes through
   (the coordinator applied it, the reply never arrived);
 * ``retried``: the statement runs twice and the caller gets the second result (what the
   driver does when it re-sends a request after a lost reply);
-* ``timeout_before``: the caller gets a timeout and the statement never runs.
+* ``timeout_before``: the caller gets a timeout and the statement never runs;
+* ``unavailable_after``: the statement runs, then the caller gets Unavailable (what Cassandra
+  raises for a compare-and-set whose proposal was accepted when a replica is lost before the
+  commit).
 
 Named *points* in the protocol code (``faults.point("sink.closed")``) let a test run its own
 action between two steps: pause, run another consumer, kill a block. ``skew`` moves this
@@ -30,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cassandra import OperationTimedOut, WriteTimeout
+from cassandra import ConsistencyLevel, OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.policies import WriteType
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,8 @@ ENV = "CASSIEQ_FAULTS"
 LOST_REPLY = "lost_reply"
 RETRIED = "retried"
 TIMEOUT_BEFORE = "timeout_before"
-MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE)
+UNAVAILABLE_AFTER = "unavailable_after"
+MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE, UNAVAILABLE_AFTER)
 
 
 def is_conditional(cql: str) -> bool:
@@ -101,6 +105,16 @@ def injected_timeout(cql: str) -> Exception:
         required_responses=1,
         received_responses=0,
         write_type=WriteType.SIMPLE,
+    )
+
+
+def injected_unavailable(cql: str) -> Exception:
+    """What the driver raises when the coordinator reports too few live replicas."""
+    return Unavailable(
+        f"injected: unavailable after it ran ({cql[:60]}...)",
+        consistency=ConsistencyLevel.SERIAL if is_conditional(cql) else None,
+        required_replicas=2,
+        alive_replicas=1,
     )
 
 

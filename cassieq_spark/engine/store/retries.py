@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 from cassandra.policies import RetryPolicy, WriteType
-from cassandra.protocol import OverloadedErrorMessage
 
 from . import faults
 
@@ -25,10 +24,11 @@ class QueueRetryPolicy(RetryPolicy):
     """Re-send only what is safe to apply twice.
 
     The driver's default policy re-sends any statement to the next host after a connection
-    error or an overloaded coordinator, conditional ones included: a compare-and-set that
-    applied and is sent again reports "not applied" and its caller takes its own success for
-    someone else's. Here only statements marked idempotent are re-sent; a compare-and-set whose
-    outcome is unknown is settled by a SERIAL read of its row (:meth:`Connection.cas`).
+    error, an Unavailable or an overloaded coordinator, conditional ones included: a
+    compare-and-set that applied and is sent again reports "not applied" and its caller takes
+    its own success for someone else's. Here only statements marked idempotent are re-sent; a
+    compare-and-set whose outcome is unknown (a timeout, a lost connection, Unavailable or
+    Overloaded) is settled by a SERIAL read of its row (:meth:`Connection.cas`).
     """
 
     def on_write_timeout(
@@ -40,13 +40,19 @@ class QueueRetryPolicy(RetryPolicy):
         return self.RETHROW, None
 
     def on_unavailable(self, query, consistency, required_replicas, alive_replicas, retry_num):
-        # Nothing was applied: the coordinator refused before sending anything.
-        return (self.RETRY_NEXT_HOST, None) if retry_num == 0 else (self.RETHROW, None)
+        # A plain write is refused before anything is sent to a replica. A compare-and-set is
+        # not: Cassandra also raises Unavailable when it builds the commit's replica plan,
+        # after the proposal was accepted, and the next round on the partition (a copy sent
+        # again) completes it and then finds its own write. Connection.cas settles it.
+        idempotent = getattr(query, "is_idempotent", False)
+        return (
+            (self.RETRY_NEXT_HOST, None) if retry_num == 0 and idempotent else (self.RETHROW, None)
+        )
 
     def on_request_error(self, query, consistency, error, retry_num):
-        # An overloaded or shutting-down coordinator refuses a request before running it, so
-        # even a compare-and-set can go to the next host (a rolling restart showed it).
-        refused = isinstance(error, OverloadedErrorMessage)
-        if retry_num < 2 and (refused or getattr(query, "is_idempotent", False)):
+        # Overloaded comes before a request runs, or, for a compare-and-set, from the hint
+        # check in the commit loop of an accepted proposal: like Unavailable, only what is
+        # safe to apply twice goes to the next host.
+        if retry_num < 2 and getattr(query, "is_idempotent", False):
             return self.RETRY_NEXT_HOST, None
         return self.RETHROW, None

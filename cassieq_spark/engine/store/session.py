@@ -36,6 +36,7 @@ from cassandra.policies import (
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
+from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ...config import ConnectionConfig, check_cluster
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 # The outcome of these is unknown to the client: the statement may or may not have applied.
 UNKNOWN_OUTCOME = (WriteTimeout, OperationTimedOut, ConnectionException, NoHostAvailable)
+# Refusals that a compare-and-set can also get after its proposal was accepted (see cas()).
+REFUSED = (Unavailable, OverloadedErrorMessage)
 EXEC_PROFILE_SERIAL = "serial"
 SERIAL_READ_ATTEMPTS = 5
 SERIAL_READ_BUDGET = 60.0  # seconds; a restarting replica can hold Paxos rounds up for tens
@@ -255,6 +258,9 @@ class Connection:
             elif mode == faults.LOST_REPLY:
                 self.session.execute(stmt, params or None, **kw)
                 raise faults.injected_timeout(_text(statement))
+            elif mode == faults.UNAVAILABLE_AFTER:
+                self.session.execute(stmt, params or None, **kw)
+                raise faults.injected_unavailable(_text(statement))
         try:
             return self.session.execute(stmt, params or None, **kw)
         except NoHostAvailable as exc:
@@ -271,6 +277,9 @@ class Connection:
             elif mode == faults.LOST_REPLY:
                 self.session.execute(stmt, params or None, **kw)
                 return _Failed(faults.injected_timeout(_text(statement)))
+            elif mode == faults.UNAVAILABLE_AFTER:
+                self.session.execute(stmt, params or None, **kw)
+                return _Failed(faults.injected_unavailable(_text(statement)))
         future = self.session.execute_async(stmt, params or None, **kw)
         return _Translated(future, self, lambda: self.session.execute(stmt, params or None, **kw))
 
@@ -340,27 +349,33 @@ class Connection:
 
         On a timeout or a broken connection the statement may have applied or not; ``read``
         (one row, read at SERIAL, which finishes any round in progress) and ``applied(row)``
-        decide, as the driver documentation prescribes for CAS write timeouts. A statement
-        the coordinator refused (Unavailable) did not apply.
+        decide, as the driver documentation prescribes for CAS write timeouts. Unavailable and
+        Overloaded are settled the same way: Cassandra raises both also after the proposal was
+        accepted (while it commits), so neither proves that nothing applied. One that the
+        read shows did not apply is sent once more, as the driver does for a plain statement
+        (a restarting coordinator refuses requests with Overloaded).
         """
-        try:
-            rs = self.execute(cql, params)
-        except Unavailable:
-            raise
-        except (ReadTimeout, *UNKNOWN_OUTCOME) as exc:
-            if isinstance(exc, CassandraUnavailableError) and not exc.delivered:
-                raise  # no node received it: it did not apply, there is nothing to settle
-            # ReadTimeout: the round timed out reading the current values (before or after a
-            # proposal, the coordinator does not say); reading at SERIAL settles it either way.
-            row = self.read_serial(read, read_params)
-            ok = bool(applied(row))
-            log.info(
-                "compare-and-set outcome unknown (%s); read back: %s",
-                type(exc).__name__,
-                "applied" if ok else "not applied",
-            )
-            return CasResult(ok, row, resolved=True)
-        return CasResult(_was_applied(rs), rs.one())
+        refused = 0
+        while True:
+            try:
+                rs = self.execute(cql, params)
+            except (ReadTimeout, *REFUSED, *UNKNOWN_OUTCOME) as exc:
+                if isinstance(exc, CassandraUnavailableError) and not exc.delivered:
+                    raise  # no node received it: it did not apply, there is nothing to settle
+                # ReadTimeout: the round timed out reading the current values (before or after
+                # a proposal, the coordinator does not say); reading at SERIAL settles it.
+                row = self.read_serial(read, read_params)
+                ok = bool(applied(row))
+                log.info(
+                    "compare-and-set outcome unknown (%s); read back: %s",
+                    type(exc).__name__,
+                    "applied" if ok else "not applied",
+                )
+                if not ok and isinstance(exc, REFUSED) and refused == 0:
+                    refused += 1
+                    continue
+                return CasResult(ok, row, resolved=True)
+            return CasResult(_was_applied(rs), rs.one())
 
     def shutdown(self) -> None:
         self.cluster.shutdown()

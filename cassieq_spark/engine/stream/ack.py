@@ -1,9 +1,9 @@
-"""Acking a committed stream batch: what it delivered, nothing else (finding F12).
+"""Acking a committed stream batch: what it delivered, nothing else.
 
 Plain messages (never delayed, never delivered to a client) are acked by the reader pointer
 moving past them: one fenced compare-and-set per batch, no per-message write. Cassandra counts
 them; only rows that were delayed or delivered to a client come back to the driver, so its work
-follows those, not the batch size (finding F17). Each of those, and each timer-path delivery,
+follows those, not the batch size. Each of those, and each timer-path delivery,
 gets ``acked = true``.
 
 A row counts as delivered when it passes the reading rule (``read.py``) *and* its
@@ -20,6 +20,13 @@ the pointer alone; clients move it over acked rows by themselves later.
 
 Every write here is fenced by the consumer lease (``lease.py``): the pointer moves are
 compare-and-sets conditioned on it, and the lease is renewed right before the plain writes.
+An ``acked`` cell on a queue with a message TTL carries what is left of the message's own, so
+it expires with the message.
+
+The queue's ``acked`` counter counts what the batch delivered: the plain rows Cassandra
+counts, less every row that is not plain, and those of the others that the ack marks. Rows
+marked dead (moved to the dead-letter queue by the stream's delivery count, rolled back by a
+writer) are not plain: they were not delivered, so they are not counted.
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ..core import pointers
+from ..core import clock, pointers
 from ..core.buckets import bucket_of, split_by_bucket
 from ..core.clock import TIMER_SETTLE_SLOTS, from_epoch
 from ..core.counters import Counters
-from ..core.messages import read_range
+from ..core.messages import read_range, remaining_ttl
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 from .lease import Lease
@@ -41,6 +48,7 @@ from .read import (
     STATE_COLUMNS,
     due_ms,
     id_path_delivers,
+    is_message,
     skipped_overlapping,
     slot_of,
     timer_path_delivers,
@@ -59,14 +67,16 @@ SCANS_IN_FLIGHT = 8
 
 _RANGE = "FROM {ks}.messages WHERE queue_id = ? AND bucket IN ? AND id >= ? AND id < ?"
 _COUNT = "SELECT COUNT(*) AS n " + _RANGE
-# Rows that are not plain: delivered to a client (a version) or delayed (visible_at), or
-# acked already (a stream that started above the reader pointer acks one by one; such rows are
-# not counted again). The filter runs inside one partition slice, on the replicas.
+# Rows that are not plain: delivered to a client (a version) or delayed (visible_at), acked
+# already (a stream that started above the reader pointer acks one by one; such rows are not
+# counted again), or dead (moved or rolled back: never delivered). The filter runs inside one
+# partition slice, on the replicas.
 _SPECIAL = "SELECT " + STATE_COLUMNS + " " + _RANGE + " AND %s ALLOW FILTERING"
 _NOT_PLAIN = (
     ("version > 0", ()),
     ("visible_at > ?", (from_epoch(0),)),
     ("acked = ?", (True,)),
+    ("dead = ?", (True,)),
 )
 
 
@@ -131,11 +141,12 @@ class BatchAck:
         prev = p.reader
         lo = prev if from_id is None else from_id  # where the batch's id path started
         own = prev >= lo  # may the pointer move over [prev, end_id)?
+        ttls: dict[int, int] = {}  # id -> TTL of its ack (what is left of the message's)
         if own:
-            plain, to_mark = self._id_path_acks(prev, end_id, end_ts)
+            plain, to_mark = self._id_path_acks(prev, end_id, end_ts, ttls)
             below = min(prev, end_id)
         else:
-            plain, to_mark = 0, self._delivered_in(min(lo, end_id), end_id, end_ts)
+            plain, to_mark = 0, self._delivered_in(min(lo, end_id), end_id, end_ts, ttls)
             below = min(lo, end_id)
         lo_slot = p.timer_slot if scan_from is None else scan_from
         rows = list(self.candidates.rows(below, lo_slot, slot_of(end_ts)))
@@ -154,9 +165,10 @@ class BatchAck:
                     and unchanged_since(row, end_ts)
                 ):
                     to_mark[row.id] = slot
+                    ttls[row.id] = self._ttl(row)
         if to_mark:
             self.lease.renew()  # the fence for the plain writes below
-            self._mark_acked(sorted(to_mark))
+            self._mark_acked(sorted(to_mark), ttls)
             self.candidates.finished(to_mark)
         moved = own and end_id > prev and self.lease.advance("reader", end_id)
         acked = len(to_mark) + (plain if moved else 0)
@@ -176,9 +188,14 @@ class BatchAck:
         )
         return acked
 
-    def _id_path_acks(self, lo: int, hi: int, end_ts: int) -> tuple[int, dict[int, int]]:
+    def _ttl(self, row) -> int:
+        return remaining_ttl(row, self.queue, clock.now())
+
+    def _id_path_acks(
+        self, lo: int, hi: int, end_ts: int, ttls: dict[int, int]
+    ) -> tuple[int, dict[int, int]]:
         """How many plain messages of ``[lo, hi)`` moving the reader pointer acks, and which
-        other ones to mark acked (id -> timer slot).
+        other ones to mark acked (id -> timer slot; their acks' TTLs go to ``ttls``).
 
         Cassandra counts the rows and filters out the plain ones, a run of buckets per
         statement, so the driver sends a few statements per batch and receives only the rows
@@ -203,13 +220,14 @@ class BatchAck:
             plain += sum(f.result().one().n for f in counts)
         plain -= len(special)
         for row in special.values():
-            if row.acked or row.dead:
+            if row.acked or row.dead or not is_message(row):
                 continue
             if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
                 to_mark[row.id] = slot_of(due_ms(row))
+                ttls[row.id] = self._ttl(row)
         return plain, to_mark
 
-    def _delivered_in(self, lo: int, hi: int, end_ts: int) -> dict[int, int]:
+    def _delivered_in(self, lo: int, hi: int, end_ts: int, ttls: dict[int, int]) -> dict[int, int]:
         """Every message the id path ``[lo, hi)`` of a batch at ``end_ts`` delivered (id ->
         timer slot), plain ones included: the ack of a stream that may not move the pointer."""
         out: dict[int, int] = {}
@@ -219,19 +237,18 @@ class BatchAck:
         for row in read_range(self.conn, self.queue, lo, hi, STATE_COLUMNS):
             if id_path_delivers(row, end_ts, excluded) and unchanged_since(row, end_ts):
                 out[row.id] = slot_of(due_ms(row))
+                ttls[row.id] = self._ttl(row)
         return out
 
-    def _mark_acked(self, ids: Sequence[int]) -> None:
+    def _mark_acked(self, ids: Sequence[int], ttls: dict[int, int]) -> None:
         stmt = self.conn.prepare(
-            "UPDATE {ks}.messages SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+            "UPDATE {ks}.messages USING TTL ? SET acked = true "
+            "WHERE queue_id = ? AND bucket = ? AND id = ?"
         )
         futures = []
         for mid in ids:
-            futures.append(
-                self.conn.execute_async(
-                    stmt, (self.queue.queue_id, bucket_of(mid, self.queue.bucket_size), mid)
-                )
-            )
+            key = (self.queue.queue_id, bucket_of(mid, self.queue.bucket_size), mid)
+            futures.append(self.conn.execute_async(stmt, (ttls.get(mid, 0), *key)))
             if len(futures) >= READ_WINDOW:
                 futures.pop(0).result()
         for f in futures:

@@ -14,9 +14,9 @@ processor committed it (``ack.py``). A batch ``(start, end]`` between two
 ``monoton`` (lowest open, young reservation). Reservations older than the queue's repair
 timeout are handed to repair *before* a batch passes them, and every batch excludes those
 ranges, so repair's republish never duplicates a delivered message. A batch starts at the
-queue's reader pointer if another consumer moved it past the previous end (finding F26), and
+queue's reader pointer if another consumer moved it past the previous end, and
 its time is Cassandra's, never the caller's (a clock running ahead would deliver delayed
-messages early: finding F29). With a target (a run that ends once it has consumed what was
+messages early). With a target (a run that ends once it has consumed what was
 there when it started), planning waits for blocks still being written below the target.
 
 **Ack on commit.** The caller plans batch N+1 only after batch N is committed, so planning acks
@@ -47,7 +47,7 @@ from .ack import BatchAck
 from .lease import ClusterClock, Lease
 from .read import skipped_overlapping, timer_scan_start
 from .start import StartingPosition, first_id
-from .timer_path import TimerCandidates
+from .timer_path import TimerCandidates, cap_due
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +91,14 @@ class Plan:
 class Batch:
     """What a batch's readers read: ids ``[lo, hi)`` without the ranges in ``excluded``, and
     the timer candidates ``timer_ids`` without those in ``timer_excluded`` (ranges repair
-    owns)."""
+    owns). ``replay``: a run that did not plan the batch reads it (``read.as_planned``)."""
 
     lo: int
     hi: int
     excluded: Ranges
     timer_ids: tuple[int, ...]
     timer_excluded: Ranges
+    replay: bool = False
 
 
 class StreamConsumer:
@@ -112,7 +113,7 @@ class StreamConsumer:
         self._acks = BatchAck(conn, queue, self.lease, self.timers)
         self.target: Position | None = None  # where this run ends, if it does
         # Abandoned reservations this run handed to repair; only those above the last start
-        # can come up again, so the set is pruned as the stream moves (finding F21).
+        # can come up again, so the set is pruned as the stream moves.
         self._recorded: set[tuple[int, int]] = set()
         self._acked: Position | None = None  # the last position acked by this run
         # (start, end) of the batch planned last, with its timer path: batch() reuses it
@@ -198,15 +199,16 @@ class StreamConsumer:
 
     def fix_target(self) -> Position:
         """Make this run end at everything reserved by now, including blocks still being
-        written: planning waits for those rather than ending the run before them (F23)."""
+        written: planning waits for those rather than ending the run before them."""
         self.lease.ensure()
-        hz = self.horizon(self.pointers().reader)
-        self.target = Position(hz.next_id, hz.next_id, self.clock.now_ms())
+        end = monoton.counter(self.conn, self.queue)
+        self.target = Position(end, end, self.clock.now_ms())
         return self.target
 
     def plan(self, start: Position, max_rows: int | None = None) -> Plan:
-        """The batch after ``start``, at most ``max_rows`` ids of the id path. Call it only
-        once the batch ending at ``start`` is committed: it acks that batch first."""
+        """The batch after ``start``: at most ``max_rows`` messages, due timer-path rows
+        (see ``timer_path.cap_due``) plus a span of ids of the id path. Call it only once the
+        batch ending at ``start`` is committed: it acks that batch first."""
         self.lease.ensure()
         self.ack_through(start)
         # Ids another consumer took since `start` (an older position, clients) stay taken.
@@ -222,11 +224,16 @@ class StreamConsumer:
             if self.target is not None:
                 end_id = min(end_id, max(from_id, self.target.id))
                 ts_cap = self.target.ts
-            if max_rows is not None:
-                end_id = min(end_id, from_id + max(1, max_rows))
             end_ts = max(start.ts, ts_cap)
+            found = self.timers.due(from_id, start.ts, end_ts) if end_ts > start.ts else []
+            if max_rows is None:
+                due = [i for i, _ in found]
+            else:
+                # The cap holds for both paths: the timer path first (what a cap left to the
+                # id path alone would starve under a steady producer), the id path the rest.
+                end_ts, due = cap_due(found, start.ts, end_ts, max(1, max_rows))
+                end_id = min(end_id, from_id + max(0, max_rows - len(due)))
             self.record_abandoned(hz, from_id, end_id)
-            due = self.timers.due_ids(from_id, start.ts, end_ts) if end_ts > start.ts else []
             if end_id > start.id or due:
                 break
             if not self._target_blocked(from_id, hz, waited_since):
@@ -251,7 +258,7 @@ class StreamConsumer:
 
     def _window(self, from_id: int, max_rows: int | None) -> int | None:
         """How far ahead planning looks for reservations: the cost of planning then follows
-        the batch, not the backlog (F17). Unlimited batches look at everything."""
+        the batch, not the backlog. Unlimited batches look at everything."""
         window = None
         if self.target is not None:
             window = max(1, self.target.id - from_id)
@@ -297,21 +304,26 @@ class StreamConsumer:
         real start there (at or above ``start.id``), and Spark hands batch 0 a ``start`` it
         asks the source for again when it runs or replays the batch, which a ``latest`` start
         computes anew (past the batch by then). ``end == start`` is a queue that did not move
-        in this batch (several queues): nothing."""
+        in this batch (several queues): nothing.
+
+        A batch this run did not plan (a replay after a restart) reads its rows as the
+        planning found them (``read.as_planned``): clients that received and acked some of
+        them while no run held the lease do not take them out of the replay."""
         if end == start:
             return None
         lo = end.from_id
         if end.id <= lo and end.ts <= start.ts:
             return None
         self.lease.ensure()
+        replay = self._planned is None or self._planned[:2] != (start, end)
         excluded = self.excluded(lo, end.id) if end.id > lo else []
         ids: list[int] = []
         timer_excluded: list[tuple[int, int]] = []
         if end.ts > start.ts:
-            if self._planned is not None and self._planned[:2] == (start, end):
+            if self._planned is not None and not replay:
                 ids = self._planned[2]
             else:  # a replay on a new run, or the batch was planned elsewhere
-                ids = self.timers.due_ids(lo, start.ts, end.ts)
+                ids = self.timers.due_ids(lo, start.ts, end.ts, replay=True)
             # The ack of this batch scans the timer slots its timer path looked at.
             self._scan_from = {
                 **dict(list(self._scan_from.items())[-3:]),
@@ -319,7 +331,7 @@ class StreamConsumer:
             }
             if ids:
                 timer_excluded = self.excluded(ids[0], ids[-1] + 1)
-        return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded))
+        return Batch(lo, end.id, tuple(excluded), tuple(ids), tuple(timer_excluded), replay)
 
     def oldest_waiting_age_ms(self, from_id: int, to_id: int) -> int | None:
         """How long (ms, Cassandra's clock against the writer's ``enqueued_at``) the first

@@ -83,9 +83,10 @@ def with_counts(
     dead-letter queue, ``deadletter.take``):
 
     * a message clients already received ``max_delivery_count`` times, as the next client
-      ``get`` would move it. Clients are locked out while the stream holds the lease, so that
-      count is the same in every run that reads the batch: the first run moves it, and no
-      replay has it either;
+      ``get`` would move it (unless the queue is a dead-letter queue without one of its own,
+      which keeps such messages: ``queues.keeps_past_delivery_limit``). Clients are locked
+      out while the stream holds the lease, so that count is the same in every run that
+      reads the batch: the first run moves it, and no replay has it either;
     * every message of the partition once ``earlier`` runs read it without a commit and that
       reached ``max_attempts`` (default ``max_delivery_count``): a poison batch. The whole
       partition moves at once, in the same run.
@@ -104,6 +105,7 @@ def with_counts(
     moved = taken = 0
     full: QueueInfo | None = None
     counters = Counters(conn)
+    keeps: bool | None = None  # a dead-letter queue: its messages outlive the limit
     for row, count in deliveries:
         client = count - 1  # client deliveries before the stream's first run
         if not poison and client < max_delivery_count:
@@ -112,6 +114,12 @@ def with_counts(
         full = full or _current(conn, queue)
         if full is None:  # the queue was deleted or created again: nothing to move it to
             continue
+        if not poison:
+            if keeps is None:
+                keeps = queues.keeps_past_delivery_limit(conn, full)
+            if keeps:
+                yield row, count
+                continue
         if poison and full.dead_letter_queue is None and not drop_allowed:
             raise PoisonBatchError(
                 f"queue {queue.name!r}: {earlier} runs of this query read {what or 'a batch'} "

@@ -8,13 +8,13 @@ last. The pair is the run's *fencing token*:
   on owner and token, and the plain ``acked = true`` writes of a batch follow a renewal that is
   conditioned the same way, so a run that lost the lease (it lapsed and another query took
   it, or a later run of the same consumer took over) acks nothing more and fails with
-  :class:`~cassieq_spark.errors.QueueBusyError` (finding F14);
+  :class:`~cassieq_spark.errors.QueueBusyError`;
 * renewals only extend a lease the run holds; they never take a free one, so a renewal that
-  races with :meth:`Lease.release` cannot take the lease back (finding F21).
+  races with :meth:`Lease.release` cannot take the lease back.
 
 Times are Cassandra's (:class:`ClusterClock`), not the driver's: a driver whose wall clock runs
 ahead could otherwise write a lease that blocks clients for as long as its clock is off, and
-offsets that deliver delayed messages early (finding F29).
+offsets that deliver delayed messages early.
 """
 
 from __future__ import annotations
@@ -122,11 +122,36 @@ class Lease:
             self._renewer.start()
 
     def _take(self, now: float) -> None:
+        self._warn_live_twin(pointers.read(self.conn, self.queue), now)
         until = pointers.lease_time(now + self.timeout)
         p = pointers.acquire_lease(self.conn, self.queue, self.owner, until, now)
         if not self._is_mine(p, until):
             p, until = self._wait(p)
         self.token = until
+
+    def _warn_live_twin(self, seen: pointers.Pointers, now: float) -> None:
+        """A run takes over its own consumer's lease at once (a restart needs no wait). When
+        that lease was renewed within the last third of its timeout, the earlier run was most
+        likely alive, renewing: another query may use the same ``consumerId``, and the two
+        would take the lease from each other in turn, each leaving its batch in flight."""
+        if seen.lease_owner == self.owner and seen.lease_until - now > self.timeout * 2 / 3:
+            log.warning(
+                "queue %s: took over the consumer lease of %s, renewed %.1f s ago by a run that "
+                "may still be alive. If another streaming query uses the same consumerId, give "
+                "each query its own (option consumerId): otherwise they take the lease from "
+                "each other and fail in turn",
+                self.queue.name,
+                self.owner,
+                max(0.0, now - (seen.lease_until - self.timeout)),
+            )
+
+    def held_by_other(self) -> str | None:
+        """Who else holds this queue's lease now (their owner name), or None: free, lapsed,
+        or this consumer's own."""
+        p = pointers.read(self.conn, self.queue)
+        if p.lease_held(self.clock.now()) and p.lease_owner != self.owner:
+            return p.lease_owner
+        return None
 
     def _wait(self, seen: pointers.Pointers) -> tuple[pointers.Pointers, dt.datetime]:
         """Another owner holds the lease: take it once it lapses; fail if it is still held

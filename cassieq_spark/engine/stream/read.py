@@ -6,10 +6,17 @@ batch's time ``end_ts`` (epoch ms, Cassandra's clock) and the ranges repair owns
 rules decide what the driver acks (``ack.py``), so a row is acked only if a reader
 would have delivered it.
 
-* The *id path* delivers ids in ``[lo, hi)`` that are not acked or dead, not in a range handed
-  to repair, and due at ``end_ts`` (plain messages always are).
+* The *id path* delivers ids in ``[lo, hi)`` that hold a message (its payload has not
+  expired), are not acked or dead, not in a range handed to repair, and due at ``end_ts``
+  (plain messages always are).
 * The *timer path* delivers the listed ids under the same rule, except plain rows: a plain
   row with a timer is one a client lost the race for, and the reader pointer owns it.
+
+A *replay* (a run that did not plan the batch: Spark re-runs the last logged batch after a
+restart) reads each row as it stood at ``end_ts`` as far as the row still tells it (see
+:func:`as_planned`): clients may have received and acked the batch's messages while no run
+held the lease, and a replay must bring the first attempt's rows for writes keyed on the
+batch (the cassieq sink's replay check) to hold.
 """
 
 from __future__ import annotations
@@ -20,16 +27,16 @@ from typing import Any
 from ..core import monoton
 from ..core.buckets import bucket_of
 from ..core.clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
-from ..core.messages import COLUMNS as READ_COLUMNS
-from ..core.messages import has_bodies, read_range, rows_per_read
+from ..core.messages import COLUMNS, has_bodies, read_range, rows_per_read
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 
 READ_WINDOW = 64  # concurrent single-row reads
-STATE_COLUMNS = (
-    "id, visible_at, version, invisible_until, acked, dead, "
-    "writetime(invisible_until) AS changed_at"
-)
+# When the delivery state and the ack were written (microseconds, Cassandra's clock for the
+# compare-and-sets that write ``invisible_until``).
+_WRITTEN = "writetime(invisible_until) AS changed_at, writetime(acked) AS acked_at"
+STATE_COLUMNS = "id, enqueued_at, visible_at, version, invisible_until, acked, dead, " + _WRITTEN
+READ_COLUMNS = COLUMNS + ", " + _WRITTEN
 
 # A message row and the delivery count a batch gives it.
 Delivery = tuple[Any, int]
@@ -37,6 +44,8 @@ Delivery = tuple[Any, int]
 __all__ = [
     "READ_COLUMNS",
     "STATE_COLUMNS",
+    "as_planned",
+    "is_message",
     "read_id_path",
     "read_rows_by_id",
     "read_timer_path",
@@ -55,6 +64,14 @@ def due_ms(row) -> int:
     """When a message is due (epoch ms): 0 for a plain message that was never delayed or
     delivered to a client; else its ``visible_at``/``invisible_until``, whichever is later."""
     return max(_ms(row.visible_at), _ms(row.invisible_until))
+
+
+def is_message(row) -> bool:
+    """The row holds a message: ``enqueued_at`` is written with the payload, under its TTL. A
+    row without it holds only cells written later (a claim or an ack that outlived an expired
+    payload by the rounding of its TTL, or a mark of an id that was never written): nothing to
+    deliver, nor to ack."""
+    return row.enqueued_at is not None
 
 
 def is_plain(row) -> bool:
@@ -76,7 +93,7 @@ def timer_scan_start(start_ts: int) -> int:
 
 
 def id_path_delivers(row, end_ts: int, excluded: Sequence[tuple[int, int]]) -> bool:
-    if row.acked or row.dead or inside(row.id, excluded):
+    if row.acked or row.dead or not is_message(row) or inside(row.id, excluded):
         return False
     return due_ms(row) <= end_ts
 
@@ -92,6 +109,31 @@ def unchanged_since(row, ts_ms: int) -> bool:
     return row.invisible_until is None or (
         row.changed_at is not None and row.changed_at < ts_ms * 1000
     )
+
+
+def _after(written_us: int | None, ts_ms: int) -> bool:
+    return written_us is not None and written_us >= ts_ms * 1000
+
+
+def as_planned(row, end_ts: int):
+    """The row as a batch planned at ``end_ts`` found it, for a replay of that batch: an ack
+    written since did not exist then, and a first delivery written since (version 1: every
+    claim and visibility change adds one) found the message as it was put, never delivered.
+    Both are what clients do once a crashed run's lease lapsed, before the restart replays.
+
+    A row changed more than once since (delivered again, its visibility changed) keeps its
+    state now: the row no longer tells whether the first change came before the batch (the
+    message was then not due) or after. ``dead`` always stands: a message moved to the
+    dead-letter queue or taken over by repair has a copy elsewhere, never delivered twice.
+    Needs ``changed_at`` and ``acked_at`` (``READ_COLUMNS``/``STATE_COLUMNS``)."""
+    changes: dict[str, Any] = {}
+    if row.acked and _after(row.acked_at, end_ts):
+        changes["acked"] = None
+    if row.version == 1 and _after(row.changed_at, end_ts):
+        changes.update(version=None, invisible_until=None)
+        if "deliveries" in row._fields:
+            changes["deliveries"] = None
+    return row._replace(**changes) if changes else row
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -139,9 +181,13 @@ def read_id_path(
     hi: int,
     end_ts: int,
     excluded: Sequence[tuple[int, int]],
+    replay: bool = False,
 ) -> Iterator[Delivery]:
-    """(row, delivery count) of what the id path of a batch delivers from ``[lo, hi)``."""
+    """(row, delivery count) of what the id path of a batch delivers from ``[lo, hi)``;
+    ``replay``: read the rows as the batch's planning found them (:func:`as_planned`)."""
     for row in read_range(conn, queue, lo, hi, READ_COLUMNS):
+        if replay:
+            row = as_planned(row, end_ts)
         if id_path_delivers(row, end_ts, excluded):
             yield row, (row.deliveries or 0) + 1
 
@@ -152,8 +198,11 @@ def read_timer_path(
     ids: Sequence[int],
     end_ts: int,
     excluded: Sequence[tuple[int, int]],
+    replay: bool = False,
 ) -> Iterator[Delivery]:
     """(row, delivery count) of what the timer path of a batch delivers of ``ids``."""
     for row in read_rows_by_id(conn, queue, ids, READ_COLUMNS):
+        if replay:
+            row = as_planned(row, end_ts)
         if timer_path_delivers(row, end_ts, excluded):
             yield row, (row.deliveries or 0) + 1

@@ -31,9 +31,8 @@ class Snapshot:
 
 def take(conn: Connection, queue: QueueInfo) -> Snapshot:
     p = pointers.read(conn, queue)
-    hz = monoton.horizon(conn, queue, p.reader)
     lo = p.repair * queue.bucket_size
-    return Snapshot(lo, max(lo, hz.next_id), p.reader)
+    return Snapshot(lo, max(lo, monoton.counter(conn, queue)), p.reader)
 
 
 def read_unacked(

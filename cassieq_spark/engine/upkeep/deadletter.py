@@ -4,11 +4,11 @@ The original is taken out first, by a compare-and-set on the delivery version it
 with (``dead = true`` plus a ``moved`` marker); the copy is written second, keyed by the
 original id. The other order let a late ack (or ``change_visibility``) of the last holder
 land between the copy and the CAS: the message was then processed *and* in the
-dead-letter queue (finding F15). A crash between the two steps leaves ``moved = 'dlq'``:
+dead-letter queue. A crash between the two steps leaves ``moved = 'dlq'``:
 the timer path that reads the row again, or repair before it reclaims the bucket, finishes
 the copy; the key makes every finisher write the same copy once.
 
-A dead-letter queue deleted since the queue was created does not stop the queue (F13): the
+A dead-letter queue deleted since the queue was created does not stop the queue: the
 message is dropped, counted as such and logged.
 """
 

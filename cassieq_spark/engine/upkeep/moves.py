@@ -10,9 +10,9 @@ writing a second one: every message lands in the destination once. An ack that c
 stale means another mover took the message over after our visibility timeout ran out; the key
 made its write and ours the same copy.
 
-The keys stay in the destination's ``reservation_keys`` (one row per moved message) until the
-destination queue is deleted: a key deleted while a slow mover still holds an expired claim
-would let that mover write a second copy.
+The keys stay in the destination's ``reservation_keys`` (one row per moved message) for the
+table's TTL (14 days), far longer than any claim (at most 12 hours): a key deleted while a
+slow mover still holds an expired claim would let that mover write a second copy.
 """
 
 from __future__ import annotations

@@ -10,14 +10,17 @@ written lies at or above it. So
    starts above it;
 3. the rows below the line that the pointer does not finish (delayed, delivered to a client,
    in a range handed to repair) are marked ``acked``, so their timers and repair skip them.
+   Rows of a range repair already finished are neither marked nor counted: repair
+   republished them (their copies are counted where they lie) or counted them lost.
 
 Messages reserved after the purge read the horizon, and blocks still being written when it
 did, lie at or above the line and are never touched: nothing a producer writes after the purge
 starts is lost. A message a client claims while the purge runs may still be delivered once,
 like any message in flight. The purged messages are counted as ``dropped``, and kept as one
-lost range (``lost.py``, cause "purged"): a streaming query stopped meanwhile reports them when
-it restarts (``failOnDataLoss``), as Kafka's does for records deleted before it read them; a
-new query starting above them is not told.
+lost range (``lost.py``, cause "purged"; kept apart from repair's report of the same range):
+a streaming query stopped meanwhile reports them when it restarts (``failOnDataLoss``), as
+Kafka's does for records deleted before it read them; a new query starting above them is not
+told.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from ..core.messages import is_done, is_expired, read_range, remaining_ttl
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 from ..stream.lease import stream_busy
-from ..stream.read import READ_WINDOW, inside, skipped_overlapping
+from ..stream.read import READ_WINDOW, inside
 from . import lost
-from .ranges import record_skipped
+from .ranges import record_skipped, skipped_ranges
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +80,17 @@ def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
             record_skipped(conn, queue, lo, hi)
     pointers.advance(conn, queue, "reader", line)
     first = ptrs.repair * queue.bucket_size
-    excluded = skipped_overlapping(conn, queue, first, line)
+    ranges = [r for r in skipped_ranges(conn, queue) if r.hi > first and r.lo < line]
+    excluded = sorted((r.lo, r.hi) for r in ranges if not r.done)
+    # A done range's rows were republished (the copies lie elsewhere) or counted lost.
+    repaired = sorted((r.lo, r.hi) for r in ranges if r.done)
     purged = 0
     named: list[int] = []  # the first purged ids, for the lost range
     to_mark: list[tuple[int, int]] = []  # (id, what is left of its TTL)
     now = clock.now()
     for row in read_range(conn, queue, first, line, _COLUMNS):
+        if inside(row.id, repaired):
+            continue
         repairs = inside(row.id, excluded)  # repair republishes what is not acked or dead
         if row.acked or row.dead or (not repairs and is_done(row, ptrs.reader)):
             continue

@@ -7,7 +7,7 @@ Repair waits the repair timeout once more (a slow writer may still land), then:
   reservation keyed by its original id, so two repairs at once, or a repair killed and rerun,
   republish it exactly once. Repair owns *every* such row: the Spark source never delivers a
   row of a skipped range, so a delayed row, or one a client holds, would otherwise stay
-  forever and pin the repair pointer (finding F3). A delayed row is taken over (a
+  forever and pin the repair pointer. A delayed row is taken over (a
   compare-and-set marks it dead, ``moved = 'repair'``) and republished with the delay it has
   left; a row a client holds is left until its visibility timeout passes (the range stays
   not done), then taken over the same way;
@@ -39,6 +39,7 @@ from ..core.messages import (
     write_messages,
 )
 from ..core.queues import QueueInfo
+from ..store import faults
 from ..store.session import Connection
 from . import deadletter, lost
 from .deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
@@ -58,14 +59,20 @@ class SkippedRange:
     done: bool
     # The stored timestamp as read, for the compare-and-set that marks the range done.
     stamp: dt.datetime | None = field(default=None, compare=False)
+    done_by: str | None = field(default=None, compare=False)  # the repair that counted it
+    lost: int = field(default=0, compare=False)  # ids it counted as never written
 
 
 def skipped_ranges(conn: Connection, queue: QueueInfo) -> list[SkippedRange]:
     rows = conn.execute(
-        "SELECT lo, hi, skipped_at, done FROM {ks}.skipped WHERE queue_id = ?", (queue.queue_id,)
+        "SELECT lo, hi, skipped_at, done, done_by, lost FROM {ks}.skipped WHERE queue_id = ?",
+        (queue.queue_id,),
     )
     return [
-        SkippedRange(r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done), r.skipped_at) for r in rows
+        SkippedRange(
+            r.lo, r.hi, to_epoch(r.skipped_at), bool(r.done), r.skipped_at, r.done_by, r.lost or 0
+        )
+        for r in rows
     ]
 
 
@@ -221,35 +228,27 @@ def repair_range(
     # `done_by` tells this call's completion from a concurrent repair's after a lost reply,
     # so the counters move exactly once.
     token = uuid.uuid4().hex
-    read = "SELECT done, done_by FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
-    if rng.stamp is not None:
-        res = conn.cas(
-            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
-            "WHERE queue_id = ? AND lo = ? IF done = null AND skipped_at = ?",
-            (token, len(todo), lost_count, queue.queue_id, rng.lo, rng.stamp),
-            read=read,
-            read_params=(queue.queue_id, rng.lo),
-            applied=lambda row: row is not None and row.done_by == token,
-        )
-    else:
-        res = conn.cas(
-            "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
-            "WHERE queue_id = ? AND lo = ? IF done = null",
-            (token, len(todo), lost_count, queue.queue_id, rng.lo),
-            read=read,
-            read_params=(queue.queue_id, rng.lo),
-            applied=lambda row: row is not None and row.done_by == token,
-        )
-    if not res.was_applied:
+    # The loss report goes first, pending: a repair that dies after the range is done must
+    # not take the report with it (the next pass publishes it, see lost.publish_pending).
+    landed = {r.id for r in rows}
+    report_key = lost.record(
+        conn,
+        queue,
+        rng.lo,
+        rng.hi,
+        [i for i in range(rng.lo, rng.hi) if i not in landed],
+        count=lost_count,
+        pending=token,
+    )
+    if not _mark_done(conn, queue, rng, token, len(todo), lost_count):
+        if report_key is not None:
+            lost.drop_pending(conn, queue, report_key, token)
         return 0, 0
     counters.add(queue, "republished", len(todo))
     counters.add(queue, "lost", lost_count)
-    if lost_count:
-        # Kept past this range's row, which goes with its bucket: see lost.py.
-        landed = {r.id for r in rows}
-        lost.record(
-            conn, queue, rng.lo, rng.hi, [i for i in range(rng.lo, rng.hi) if i not in landed]
-        )
+    faults.point("ranges.after_done", queue=queue, rng=rng)
+    if report_key is not None:
+        lost.publish(conn, queue, report_key, token)
     if todo or lost_count:
         log.info(
             "queue %s: range %d..%d repaired: %d republished, %d never written",
@@ -260,6 +259,42 @@ def repair_range(
             lost_count,
         )
     return len(todo), lost_count
+
+
+def _mark_done(
+    conn: Connection,
+    queue: QueueInfo,
+    rng: SkippedRange,
+    token: str,
+    republished: int,
+    lost_count: int,
+) -> bool:
+    """The compare-and-set that makes this call the one that counts the range; False when
+    another repair did, or a republisher pushed the range's repair back."""
+    read = "SELECT done, done_by FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
+    cql = (
+        "UPDATE {ks}.skipped SET done = true, done_by = ?, republished = ?, lost = ? "
+        "WHERE queue_id = ? AND lo = ? IF done = null"
+    )
+    params: tuple = (token, republished, lost_count, queue.queue_id, rng.lo)
+    if rng.stamp is not None:
+        cql += " AND skipped_at = ?"
+        params = (*params, rng.stamp)
+    res = conn.cas(
+        cql,
+        params,
+        read=read,
+        read_params=(queue.queue_id, rng.lo),
+        applied=lambda row: row is not None and row.done_by == token,
+    )
+    if res.was_applied:
+        return True
+    if res.resolved or not getattr(res.one(), "done", None):
+        return False
+    # "Not applied" on a done range: by another repair, or by this call's own statement sent
+    # again after it applied (the reply of a failed condition does not name `done_by`).
+    row = conn.read_serial(read, (queue.queue_id, rng.lo))
+    return row is not None and row.done_by == token
 
 
 _RANGE_COLUMNS = (
@@ -303,7 +338,8 @@ def assume_repaired(ranges: list[SkippedRange], due: list[SkippedRange]) -> list
 
 def forget_ranges(conn: Connection, queue: QueueInfo, below_id: int) -> int:
     """Drop what is kept for skipped ranges whose buckets are reclaimed (all below
-    ``below_id``): the range, and the reservation row (:func:`monoton.forget`).
+    ``below_id``): the range, and the reservation row (:func:`monoton.forget`). First, the
+    loss report of every done range that a repair left pending is published.
 
     Only then: until its bucket is gone a late writer's close must still find the reservation
     marked skipped, and readers exclude the range. The reservation goes first and the range
@@ -316,7 +352,12 @@ def forget_ranges(conn: Connection, queue: QueueInfo, below_id: int) -> int:
     """
     stamp = int((clock.now() + monoton.CLOSE_STAMP_AHEAD) * 1_000_000)
     forgotten = 0
-    for rng in skipped_ranges(conn, queue):
+    ranges = skipped_ranges(conn, queue)
+    # A counted loss is reported before anything of its range goes (see lost.py).
+    lost.publish_pending(
+        conn, queue, [(r.lo, r.hi, r.done_by) for r in ranges if r.done and r.done_by and r.lost]
+    )
+    for rng in ranges:
         if not rng.done or rng.hi > below_id:
             continue
         if not monoton.forget(conn, queue, rng.lo, rng.hi):

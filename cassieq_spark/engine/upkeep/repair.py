@@ -15,7 +15,7 @@ partitions and the repair pointer moves over the contiguous prefix of them, so s
 scans do not grow with history. What only mattered for those buckets goes with them: the
 skipped ranges below the pointer with the reservation rows and republish keys of unkeyed
 blocks (a keyed block leaves a marker, see ``ranges.forget_ranges``), the dead-letter copy
-keys; and timers well behind the invisibility pointer (finding F22).
+keys; and timers well behind the invisibility pointer.
 
 The steps are separate functions so that the Spark job (``cassieq_spark.spark.repair_job``) can
 run range repairs and bucket checks as parallel tasks; :func:`repair_queue` runs them here.

@@ -193,7 +193,7 @@ class KeyedWrite:
             )
         try:
             Counters(self.conn).add(self.queue, "enqueued", self.written)
-        except Exception:  # the rows are enqueued: a lost count must not undo them (F11)
+        except Exception:  # the rows are enqueued: a lost count must not undo them
             log.warning(
                 "could not count %d messages enqueued to queue %s; the enqueued counter is "
                 "short by that much",
@@ -232,7 +232,7 @@ class KeyedWrite:
             res = block.res
             if not block.own:
                 # Another attempt reserved it and may have finished it: its rows are not ours
-                # to undo (F4). Left open, it is finished by a retry or handed to repair.
+                # to undo. Left open, it is finished by a retry or handed to repair.
                 continue
             try:
                 settle.roll_back(self.conn, self.queue, res)

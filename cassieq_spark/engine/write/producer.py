@@ -109,7 +109,7 @@ def _roll_back(conn: Connection, queue: QueueInfo, placed: writes.Placed) -> Non
 
 def _count(counters: Counters, queue: QueueInfo, n: int) -> None:
     # The messages are enqueued: the caller must not see an error (and retry, enqueueing them
-    # twice) because their count could not be added (finding F11).
+    # twice) because their count could not be added.
     try:
         counters.add(queue, "enqueued", n)
     except Exception:

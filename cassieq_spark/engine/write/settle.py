@@ -4,10 +4,10 @@ repair and other attempts that share it (see ``writes.py`` for the whole story).
 * A close that loses to a reader's skip (or a write into a block already skipped) pushes back
   the repair of the block's range (:func:`restart_repair_clock`), so repair republishes what
   was written; a range already repaired leaves the rows :func:`undelivered` by anyone, to be
-  written again (finding F2).
+  written again.
 * Only the attempt that reserved a block rolls it back (:func:`roll_back`), and that rollback
   and another attempt's close are compare-and-sets on the reservation row's ``released``:
-  exactly one wins (finding F4).
+  exactly one wins.
 """
 
 from __future__ import annotations
@@ -335,12 +335,15 @@ def finish_rollback(
             raise ContentionError(
                 f"could not forget key {res.key!r} of queue {queue.name!r}; retry later"
             )
+    # The marks expire with the rows (written with the queue's message TTL just before; an
+    # id never written gets a mark that expires as its message would have), never after.
     upto = res.hi if written is None else res.lo + written
     pipe = Pipeline(conn)
     stmt = conn.prepare(
-        "UPDATE {ks}.messages SET dead = true WHERE queue_id = ? AND bucket = ? AND id = ?"
+        "UPDATE {ks}.messages USING TTL ? SET dead = true "
+        "WHERE queue_id = ? AND bucket = ? AND id = ?"
     )
     for mid in range(res.lo, upto):
-        pipe.submit(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+        pipe.submit(stmt, (queue.ttl, queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
     pipe.drain()
     monoton.close(conn, queue, res).result()

@@ -5,19 +5,19 @@ and closes the block. Three things could make it report success for rows no one 
 
 * Readers handed the block to repair (it stayed open longer than the repair timeout) before
   or while we wrote; once repair has finished the range, rows landing there are never
-  delivered (finding F2). Whenever we write into such a block, or our close loses to the
+  delivered. Whenever we write into such a block, or our close loses to the
   skip, we first push back the repair of its range (:func:`restart_repair_clock`), so repair
   waits again and then republishes what we wrote. If the range is already repaired, the rows
   repair did not deliver move on to a new block (:func:`undelivered`); also once repair
   reclaimed the bucket and forgot the range, whose keyed reservation stays as a marker for
   this (a missing row would read as "written"). Closing and rolling back live in
   ``settle.py``.
-* Two attempts of one keyed write share its block (speculation, a zombie task; F4). Only the
+* Two attempts of one keyed write share its block (speculation, a zombie task). Only the
   attempt that reserved a block may roll it back, and its rollback and the other attempt's
   close are compare-and-sets on the block's reservation row (``released``): exactly one wins,
   so a rollback never destroys rows another attempt reported written.
 * A keyed replay whose rows differ from the first attempt's (another partition layout, a
-  non-deterministic input; F25). Next to each key we record the fingerprint and count of its
+  non-deterministic input). Next to each key we record the fingerprint and count of its
   rows (:func:`content_key`); a replay honours a key only for the same rows, and otherwise
   fails closed (:class:`~cassieq_spark.errors.ReplayMismatchError`) or, if the caller allows
   it, writes its rows under a key of their own.
