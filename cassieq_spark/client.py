@@ -351,6 +351,14 @@ class QueueClient:
         pairs = batch_ack.visibility_pairs(entries)
         return batch_ack.change_visibility_many(self._consumer, self._queue(queue), pairs)
 
+    def give_back(self, queue: str, messages: Iterable[Message]) -> int:
+        """Messages this client received and will not use: each is visible again at once and
+        its delivery is not counted (never nearer its dead-letter queue). Returns how many
+        were given back; one whose receipt went stale meanwhile (its visibility timeout ended
+        and another consumer has it) is left alone."""
+        info = self._queue(queue)
+        return sum(self._consumer.return_unused(info, m) for m in messages)
+
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)

@@ -90,6 +90,15 @@ class AccountStore:
         self._cache: dict[str, tuple[float, Account | None]] = {}
         self._lock = threading.Lock()
 
+    def cached(self, name: str) -> tuple[bool, Account | None]:
+        """``(True, account)`` when :meth:`get` would answer from its cache (no Cassandra read,
+        so callable on the event loop), else ``(False, None)``."""
+        with self._lock:
+            hit = self._cache.get(name)
+        if hit is not None and time.monotonic() - hit[0] < CACHE_SECONDS:
+            return True, hit[1]
+        return False, None
+
     def get(self, name: str, *, fresh: bool = False) -> Account | None:
         now = time.monotonic()
         if not fresh:

@@ -58,6 +58,24 @@ class Metrics:
             "together: cassieq_http_requests of the put route over this is the batching factor)",
             registry=self.registry,
         )
+        self.get_reads = Counter(
+            "cassieq_get_reads",
+            "get_many calls that served single v1 gets (several gets of one queue share one "
+            "when they arrive together: cassieq_http_requests of the next route over this is "
+            "the batching factor)",
+            registry=self.registry,
+        )
+        self.ack_writes = Counter(
+            "cassieq_ack_writes",
+            "ack_many calls that acked single v1 acks (several acks of one queue share one when "
+            "they arrive together)",
+            registry=self.registry,
+        )
+        self.get_given_back = Counter(
+            "cassieq_get_given_back",
+            "Messages claimed for a v1 get whose client had left, given back at once",
+            registry=self.registry,
+        )
         self._queue_source: Callable[[], list[dict]] | None = None
         self._queues: tuple[float, list[dict]] = (0.0, [])
         self._lock = threading.Lock()

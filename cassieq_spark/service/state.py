@@ -21,6 +21,9 @@ from cassandra.cluster import NoHostAvailable
 
 from ..client import QueueClient
 from ..config import ConnectionConfig
+from ..engine.consume.batch_ack import ReceiptResult
+from ..engine.core.messages import Message
+from ..engine.core.queues import QueueInfo
 from ..engine.store.session import Connection
 from ..errors import (
     ConfigError,
@@ -30,7 +33,10 @@ from ..errors import (
     SchemaNotBootstrappedError,
 )
 from .accounts import AccountStore, Sealer
+from .ack_batcher import AckBatcher
+from .batching import Batcher
 from .config import ServiceConfig
+from .get_batcher import GetBatcher
 from .metrics import Metrics
 from .put_batcher import PutBatcher
 from .responses import ApiError, framework, invalid
@@ -56,10 +62,37 @@ class Service:
         self.limiter = anyio.CapacityLimiter(config.workers)
         self.draining = False
         self.puts = PutBatcher(self._put_many)
+        self.gets: GetBatcher[Message] = GetBatcher(self._get_many, self._give_back)
+        self.acks = AckBatcher(self._ack_many)
+        # Requests of one queue that arrive while its definition is being read share the next
+        # read: each is still answered by a read that started after it arrived (a queue deleted
+        # before the request came is a 404), with one read per wave of requests, not per request.
+        self._queue_reads: Batcher[str, None, QueueInfo] = Batcher(self._read_queue, 1000)
 
     async def _put_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
         self.metrics.put_writes.inc()
         return await self.call(lambda c: c.put_many(queue, payloads, delay=delay), "putMessage")
+
+    async def queue(self, name: str) -> QueueInfo:
+        """The queue's definition, read from Cassandra after this call began
+        (``QueueNotFoundError`` if it does not exist)."""
+        return await self._queue_reads.submit(name, None)
+
+    async def _read_queue(self, name: str, waiters: Sequence[None]) -> list[QueueInfo]:
+        info = await self.call(lambda c: c.get_queue(name))
+        return [info] * len(waiters)
+
+    async def _get_many(self, queue: str, vt: float, n: int) -> list[Message]:
+        self.metrics.get_reads.inc()
+        return await self.call(lambda c: c.get_many(queue, n, visibility_timeout=vt), "getMessage")
+
+    async def _give_back(self, queue: str, messages: Sequence[Message]) -> int:
+        self.metrics.get_given_back.inc(len(messages))
+        return await self.call(lambda c: c.give_back(queue, messages), "getMessage")
+
+    async def _ack_many(self, queue: str, receipts: Sequence[str]) -> list[ReceiptResult]:
+        self.metrics.ack_writes.inc()
+        return await self.call(lambda c: c.ack_many(queue, receipts), "AckMessage")
 
     def close(self) -> None:
         self.conn.shutdown()

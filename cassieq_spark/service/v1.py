@@ -39,9 +39,11 @@ async def authorize(
 ) -> str:
     """The account of the path once the request may act at ``level`` on it (and ``queue``)."""
     account = request.path_params["account"]
-    found = (
-        await service.blocking(service.accounts.get, account) if names.account_ok(account) else None
-    )
+    found = None
+    if names.account_ok(account):
+        hit, found = service.accounts.cached(account)
+        if not hit:
+            found = await service.blocking(service.accounts.get, account)
     levels = auth.levels_of(
         found,
         account,
@@ -112,7 +114,7 @@ async def queue_info(service: Service, request: Request, account: str, operation
     inputs.check_queue(account, queue)
     engine = names.engine_name(account, queue)
     try:
-        return await service.call(lambda c: c.get_queue(engine), operation)
+        return await service.queue(engine)
     except QueueNotFoundError:
         raise not_found_queue(operation, queue) from None
 
@@ -260,9 +262,13 @@ async def next_message(request: Request) -> Response:
     account = await authorize(request, service, "r", request.path_params["queue"])
     vt = inputs.query_int(request, "invisibilityTimeSeconds", DEFAULT_INVISIBILITY, 1, MAX_SECONDS)
     info = await queue_info(service, request, account, "getMessage")
-    m = await service.call(
-        lambda c: c.get(info.name, visibility_timeout=float(vt or 1)), "getMessage"
-    )
+
+    async def gone() -> bool:
+        # The first look may only take the request's (empty) body off the channel; the second
+        # sees a disconnect that came before it.
+        return await request.is_disconnected() or await request.is_disconnected()
+
+    m = await service.gets.get(info.name, float(vt or 1), gone)
     if m is None:
         return empty(204)
     return json_response(message_body(info, m))
@@ -303,13 +309,12 @@ async def ack_message(request: Request) -> Response:
     receipt = receipt_param(request)
     info = await queue_info(service, request, account, "ackMessage")
 
-    def ack(c) -> bool:
-        try:
-            return c.ack(info.name, receipt)
-        except InvalidReceiptError:
-            raise bad_receipt(receipt) from None
-
-    if not await service.call(ack, "AckMessage"):
+    try:
+        # Refused here, not in the batch: a receipt that is not one of this queue's is a 400.
+        PopReceipt.decode(receipt).check_queue(info.queue_id, info.name, receipt)
+    except InvalidReceiptError:
+        raise bad_receipt(receipt) from None
+    if not await service.acks.ack(info.name, receipt):
         raise conflict("AckMessage", "The message is already being reprocessed.")
     return empty(204)
 
