@@ -14,13 +14,12 @@ from support.service_harness import start_server, start_test_server
 
 
 def test_health_ready_metrics_and_the_access_log(
-    cassandra, queue_client, cassieq_options, tmp_path
+    cassandra, own_keyspace_client, cassieq_options, tmp_path
 ):
-    server = start_test_server(
-        tmp_path,
-        cassandra,
-        cassieq_options,
-    )
+    """On a keyspace of its own: /metrics lists a bounded number of queues by name, and the
+    shared test keyspace holds the queues of every other test."""
+    keyspace = own_keyspace_client.config.keyspace
+    server = start_test_server(tmp_path, cassandra, {**cassieq_options, "keyspace": keyspace})
     try:
         assert server.call("GET", "/health").json()["status"] == "ok"
         assert server.call("GET", "/ready").json()["status"] == "ready"
