@@ -17,7 +17,8 @@ from ..engine.stream.start import StartingPosition
 from ..engine.upkeep import lost
 from ..errors import DataLossError, QueueNotFoundError
 from .offset import SourceOffset
-from .options import MIN_BATCH_ATTEMPTS, SourceSettings
+from .option_table import MIN_BATCH_ATTEMPTS
+from .options import SourceSettings
 from .partition import KIND_IDS, KIND_TIMERS, CassieQPartition, chunks, plan_ranges, subtract
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """Checking the source options that need more than a number: which queues (``queue``,
-``queues``, ``queuePattern``), ``startingPosition`` and ``maxTriggerDelay`` (called from
-``options.parse_source_settings``, the one place options are checked). Each error names the
-option, what it got and what is allowed."""
+``queues``, ``queuePattern``), ``startingPosition`` and ``maxTriggerDelay`` (the parsers of
+their rows in ``option_table.py``), and the checks that span several options (called from
+``options.parse_source_settings``). Each error names the option, what it got and what is
+allowed."""
 
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ _UNITS = {
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.ASCII)
 
 
-def starting_position(raw: str | None) -> StartingPosition:
+def starting_position(raw: object) -> StartingPosition:
     """``earliest`` (None too), ``latest``, ``{"id": N}`` or ``{"timestamp": T}``."""
     if raw is None:
         return StartingPosition(EARLIEST)
@@ -171,7 +172,7 @@ def starting_position(raw: str | None) -> StartingPosition:
     return StartingPosition(key, value)
 
 
-def duration(raw: str | None, label: str, default: float, maximum: float | None = None) -> float:
+def duration(raw: object, label: str, default: float, maximum: float | None = None) -> float:
     """Seconds from ``'15s'``, ``'500ms'``, ``'2 minutes'``, ``'1h'`` or a plain number of
     seconds; must be > 0 and at most ``maximum``."""
     if raw is None:
