@@ -33,6 +33,7 @@ from .option_table import (
     lowered,
     option,
 )
+from .selection import QueueSelection, queue_selection
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class CommonOptions:
 def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonOptions:
     """``queue_column``: the sink's input names each row's queue, so option 'queue' (then
     ``""`` when absent) is only the default for rows whose column is null. A source may name
-    its queues with option 'queues' or 'queuePattern' instead (``source_checks``)."""
+    its queues with option 'queues' or 'queuePattern' instead (``selection``)."""
     queue = o.get("queue")
     several = role == "source" and any(str(o.get(k) or "").strip() for k in SEVERAL_QUEUES)
     if queue is None or not str(queue).strip():
@@ -169,6 +170,8 @@ class SourceSettings:
     """Every option of the source, checked (``parse_source_settings``)."""
 
     common: CommonOptions
+    # which queues: option queue, queues or queuePattern, one type per mode (selection.py)
+    selection: QueueSelection
     connection: tuple[tuple[str, str], ...]
     max_messages_per_trigger: int | None
     max_ids_per_partition: int | None
@@ -186,8 +189,6 @@ class SourceSettings:
     # max_batch_attempts of them (None: the queue's max_delivery_count, at least 2)
     count_deliveries: bool = option("countDeliveries").default
     max_batch_attempts: int | None = None
-    # which queues: option queue, queues or queuePattern (default: the one of common.queue)
-    selection: source_checks.QueueSelection = source_checks.QueueSelection(source_checks.ONE)
 
 
 def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
@@ -210,7 +211,7 @@ def parse_source_settings(options: Mapping[str, str]) -> SourceSettings:
     max_messages = option("maxMessagesPerTrigger").read(raw)
     min_messages = option("minMessagesPerTrigger").read(raw)
     source_checks.check_pacing(min_messages, max_messages, option("maxTriggerDelay").given(raw))
-    selection = source_checks.queue_selection(common.queue, raw)
+    selection = queue_selection(common.queue, raw)
     start = option("startingPosition").read(raw)
     source_checks.check_several(selection, start, common.create_queue)
     return SourceSettings(

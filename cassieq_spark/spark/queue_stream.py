@@ -64,6 +64,10 @@ class QueueStream:
         """Fail unless ``o``, an offset of the checkpoint, belongs to this queue."""
         o.check_queue(self.queue.name, self.queue.queue_id)
 
+    def lease_holder_elsewhere(self) -> str | None:
+        """The other consumer holding this queue's lease now; None when it is free or ours."""
+        return self.consumer.lease.held_by_other()
+
     def require_alive(self, s: SourceOffset) -> None:
         live = self.consumer.current_incarnation()
         if live is None:
