@@ -19,7 +19,7 @@ class CassieQDataSource(DataSource):
 
     ``df.writeStream.format("cassieq").option("queue", "events")...`` and
     ``df.write.format("cassieq").option("queue", "events").mode("append").save()``; see
-    ``cassieq_spark.spark.options`` for every option.
+    ``cassieq_spark.spark.option_table`` for every option.
     """
 
     @classmethod
@@ -29,9 +29,10 @@ class CassieQDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks for the schema in load(): the place to reject bad options before a
         # query starts. A write also passes through here, so sink-only options are let by.
-        from .options import SINK_OPTIONS, check_any_role
+        from .option_table import SINK, only_for
+        from .options import check_any_role
 
-        if {str(k).lower() for k in self.options} & set(SINK_OPTIONS):
+        if {str(k).lower() for k in self.options} & only_for(SINK):
             check_any_role(self.options)
         else:
             from .options import parse_source_settings

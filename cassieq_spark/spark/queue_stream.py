@@ -17,7 +17,8 @@ from ..engine.stream.start import StartingPosition
 from ..engine.upkeep import lost
 from ..errors import DataLossError, QueueNotFoundError
 from .offset import SourceOffset
-from .options import MIN_BATCH_ATTEMPTS, SourceSettings
+from .option_table import MIN_BATCH_ATTEMPTS
+from .options import SourceSettings
 from .partition import KIND_IDS, KIND_TIMERS, CassieQPartition, chunks, plan_ranges, subtract
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class QueueStream:
     def check(self, o: SourceOffset) -> None:
         """Fail unless ``o``, an offset of the checkpoint, belongs to this queue."""
         o.check_queue(self.queue.name, self.queue.queue_id)
+
+    def lease_holder_elsewhere(self) -> str | None:
+        """The other consumer holding this queue's lease now; None when it is free or ours."""
+        return self.consumer.lease.held_by_other()
 
     def require_alive(self, s: SourceOffset) -> None:
         live = self.consumer.current_incarnation()

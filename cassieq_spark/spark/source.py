@@ -43,18 +43,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..engine.core import queues
 from ..engine.core.queues import QueueInfo
-from ..engine.store import schema
 from ..engine.store.session import Connection, shared_connection
 from ..engine.stream import snapshot
 from ..errors import ConfigError, QueueNotFoundError
-from .offset import MultiOffset, SourceOffset
+from .offset import SourceOffset
 from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
 from .partition_reader import read_partition
 from .queue_stream import QueueStream, split_cap
-from .source_checks import MATCHING
+from .selection import lookup
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +95,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _reset_live(self) -> None:
         self._streams: dict[str, QueueStream] = {}
-        self._listed: dict[str, QueueInfo] = {}  # queuePattern: the matching queues, last listed
+        # the queues the last trigger read (selection.listing): a pattern's as listed then
+        self._listed: dict[str, QueueInfo | None] = {}
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self._LIVE}
@@ -111,67 +110,36 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _conn(self) -> Connection:
         return shared_connection(self.settings.common.connection)
 
-    @property
-    def _pattern(self) -> bool:
-        return self.settings.selection.kind == MATCHING
-
     def _names(self) -> list[str]:
-        """The queues this trigger reads: the option's, or those matching ``queuePattern`` now
-        (one read of the queue table, kept in ``_listed`` for this trigger's other checks)."""
-        sel = self.settings.selection
-        if not self._pattern:
-            return list(sel.names)
-        conn = self._conn()
-        schema.require_schema(conn)
-        self._listed = {q.name: q for q in queues.list_queues(conn) if sel.matches(q.name)}
+        """The queues this trigger reads (a pattern's: those matching now, one read of the
+        queue table), kept in ``_listed`` for this trigger's other checks."""
+        self._listed = self.settings.selection.listing(self._conn())
         return list(self._listed)
 
-    def _named(self, name: str) -> bool:
-        """``name`` is one of option ``queue``/``queues`` now (not a pattern's match, nor a
-        queue an older offset names that was removed from the option since)."""
-        return not self._pattern and name in self.settings.selection.names
-
-    def _selected(self, name: str) -> bool:
-        """``name`` is among the queues this query reads by its options now."""
-        sel = self.settings.selection
-        return sel.matches(name) if self._pattern else self._named(name)
-
     def _stream(self, name: str) -> QueueStream | None:
-        """The driver side of queue ``name``; None for a queue that is gone: a pattern's, or
-        one the checkpoint names that is no longer among option ``queues`` (a named queue
-        that is missing fails with QueueNotFoundError, or is created with createQueue)."""
+        """The driver side of queue ``name``; None for a queue that is not read: a pattern's
+        that is gone, or one the checkpoint names that is no longer selected and was deleted
+        (a named queue that is missing fails with QueueNotFoundError, or is created with
+        createQueue)."""
         qs = self._streams.get(name)
         if qs is None:
             conn = self._conn()
-            if self._pattern:
-                if name not in self._listed:
-                    self._names()  # a replay or commit in a fresh run: nothing listed yet
-                info = self._listed.get(name)
-            elif self._named(name):
-                info = resolve_queue(conn, self.settings.common, name)
-            else:
-                info = self._lookup(name)
+            if name not in self._listed:
+                self._names()  # a replay or commit in a fresh run: nothing listed yet
+            info = self.settings.selection.find(conn, name, self._listed, self._resolve)
             if info is None:
                 return None
             qs = self._streams[name] = QueueStream(conn, info, self.settings, self.owner, self.run)
         return qs
 
-    def _lookup(self, name: str) -> QueueInfo | None:
-        """Queue ``name`` as it is now, never created; None when it does not exist."""
-        try:
-            return queues.get_queue(self._conn(), name)
-        except QueueNotFoundError:
-            return None
+    def _resolve(self, name: str) -> QueueInfo:
+        return resolve_queue(self._conn(), self.settings.common, name)
 
     def _keep(self, qs: QueueStream, o: SourceOffset) -> bool:
-        """Whether the checkpoint's offset ``o`` belongs to the queue read now. A named
-        queue's must (CheckpointMismatchError); a pattern's queue, or one no longer named, that
-        was deleted and created again since is another queue: a pattern reads it from its
-        start."""
-        if self._named(qs.name):
-            qs.check(o)
-            return True
-        if qs.owns(o):
+        """Whether the checkpoint's offset ``o`` belongs to the queue read now (a named
+        queue's must: CheckpointMismatchError); one that was deleted and created again since
+        is another queue, read from its start."""
+        if self.settings.selection.keep(qs, o):
             return True
         self._drop(qs.name, "was deleted and created again; the new queue is read from its start")
         return False
@@ -179,11 +147,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _alive(self, qs: QueueStream, s: SourceOffset) -> bool:
         """A queue deleted while the query runs: a named one fails the query, a pattern's
         one is no longer read."""
-        if not self._pattern:
-            qs.require_alive(s)
-            return True
-        listed = self._listed.get(qs.name)  # listed by this trigger's _names()
-        if listed is not None and listed.queue_id == qs.queue.queue_id:
+        if not self.settings.selection.gone(qs, s, self._listed):
             return True
         self._streams.pop(qs.name, None)
         qs.stop()
@@ -191,13 +155,10 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def _busy_elsewhere(self, qs: QueueStream) -> bool:
-        """A queue matching ``queuePattern`` that another streaming query consumes (its lease
-        is held by another consumer) is not joined: waiting for the lease would fail this query
-        on every restart. It joins in a later trigger once it is free. A named queue is always
-        waited for (QueueBusyError if its holder stays)."""
-        if not self._pattern:
-            return False
-        holder = qs.consumer.lease.held_by_other()
+        """A queue the selection leaves out while another streaming query consumes it (a
+        pattern's: waiting for the lease would fail this query on every restart). It joins
+        in a later trigger once it is free."""
+        holder = self.settings.selection.busy_elsewhere(qs)
         if holder is None:
             self._busy_logged.pop(qs.name, None)
             return False
@@ -222,13 +183,13 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._retired.add((name, last.incarnation))
         qs = self._streams.pop(name, None)
         if qs is None:
-            info = self._lookup(name)
+            info = lookup(self._conn(), name)
             if info is not None:
                 qs = QueueStream(self._conn(), info, self.settings, self.owner, self.run)
         if qs is None or not qs.owns(last):
             self._drop(name, "is no longer among the queues of this query (it was deleted)")
             return
-        holder = qs.consumer.lease.held_by_other()
+        holder = qs.lease_holder_elsewhere()
         if holder is not None:
             self._drop(
                 name,
@@ -246,15 +207,10 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("queue %s %s: this query no longer reads its old offset", name, why)
 
     def _decode(self, d: dict) -> dict[str, SourceOffset]:
-        if self.settings.selection.several:
-            return dict(MultiOffset.from_dict(d).offsets)
-        return {self.settings.common.queue: SourceOffset.from_dict(d)}
+        return self.settings.selection.decode(d)
 
     def _encode(self, offsets: dict[str, SourceOffset]) -> dict:
-        if self.settings.selection.several:
-            return MultiOffset(offsets).to_dict()
-        (only,) = offsets.values()
-        return only.to_dict()
+        return self.settings.selection.encode(offsets)
 
     # -- offsets -----------------------------------------------------------------------------------
 
@@ -363,10 +319,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lags[name] = qs.lag(plan, ends[name])
             if ends[name] != s:
                 self._last_batch_at = time.monotonic()
-        if self.settings.selection.several:
-            self._latest = {"queues": {n: lags[n] for n in sorted(lags)}}
-        else:
-            self._latest = next(iter(lags.values()), None)
+        self._latest = self.settings.selection.report(lags)
         return self._encode(ends)
 
     def _first_trigger(self, start: dict, starts: dict[str, SourceOffset]) -> None:
@@ -437,12 +390,10 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return self._stream(name)
         except QueueNotFoundError as exc:
-            if not self.settings.selection.several:
+            error = self.settings.selection.missing_on_replay(name, exc)
+            if error is exc:
                 raise
-            raise QueueNotFoundError(
-                f"{exc}. It holds part of the batch this query runs again after a restart; to "
-                f"go on without its messages, remove {name!r} from option 'queues'"
-            ) from None
+            raise error from None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -456,7 +407,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name, e in self._decode(end).items():
             if (name, e.incarnation) in self._retired:
                 continue
-            if not self._selected(name):
+            if not self.settings.selection.matches(name):
                 self._retire(name, e)
                 continue
             qs = self._stream(name)
@@ -480,12 +431,10 @@ class CassieQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         conn = shared_connection(self.settings.common.connection)
-        sel = self.settings.selection
-        if sel.kind == MATCHING:
-            schema.require_schema(conn)
-            found = [q for q in queues.list_queues(conn) if sel.matches(q.name)]
-        else:
-            found = [resolve_queue(conn, self.settings.common, name) for name in sel.names]
+        found = [
+            info or resolve_queue(conn, self.settings.common, name)
+            for name, info in self.settings.selection.listing(conn).items()
+        ]
         out = [p for queue in found for p in self._snapshot(conn, queue)]
         # Spark wants at least one partition, even when no queue matches.
         return out or [CassieQPartition(KIND_EMPTY, self.settings.connection, "", "", 1)]

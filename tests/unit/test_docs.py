@@ -1,7 +1,7 @@
 """The README and docs/ pages against the code, without a server: every `cassieq` and
 `jobs/repair.py` command line they show parses, every `make` target exists, every relative link
-and anchor resolves, every Spark option is in docs/spark.md's table, and docs/layout.md names
-the tree."""
+and anchor resolves, and docs/layout.md names the tree (docs/spark.md's option table:
+test_option_reference_is_generated.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 from support.docs_blocks import PAGES, ROOT, Block, all_blocks, blocks, program_args, shell_commands
 
 from cassieq_spark.cli import build_parser as cassieq_parser
-from cassieq_spark.spark import options as spark_options
 
 SHELL_BLOCKS = all_blocks("bash")
 
@@ -141,32 +140,6 @@ def test_exclusion_markers_are_explicit_and_give_a_reason() -> None:
         and not re.match(r"^\s*<!--\s*not-run:\s*\S.*-->\s*$", line)
     ]
     assert not loose, f"use <!-- not-run: reason --> just before the block: {loose}"
-
-
-def test_every_spark_option_is_in_the_option_table() -> None:
-    """One table in docs/spark.md, Kafka-guide style (option, value, default, meaning, query
-    type), holding every option the connector parses and nothing else."""
-    text = (ROOT / "docs" / "spark.md").read_text(encoding="utf-8")
-    section = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
-    rows = [
-        line
-        for line in section.split("\n| option | value | default | meaning | query type |", 1)[1]
-        .split("\n\n", 1)[0]
-        .splitlines()
-        if line.startswith("| `")
-    ]
-    assert rows, "docs/spark.md has no options table"
-    cells = [line.strip().strip("|").split("|") for line in rows]
-    assert all(len(c) == 5 and all(x.strip() for x in c) for c in cells), "five cells each"
-    in_table = {name for c in cells for name in re.findall(r"`(\w+)`", c[0])}
-    names = {
-        *spark_options.COMMON_OPTIONS.values(),
-        *spark_options.QUEUE_SETTING_OPTIONS.values(),
-        *spark_options.SINK_OPTIONS.values(),
-        *spark_options.SOURCE_OPTIONS.values(),
-    } - {"path"}  # Spark's own, never given by users
-    assert not sorted(names - in_table), f"missing from the table: {sorted(names - in_table)}"
-    assert not sorted(in_table - names), f"not options: {sorted(in_table - names)}"
 
 
 def test_every_cassieq_subcommand_is_documented() -> None:

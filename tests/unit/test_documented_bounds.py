@@ -18,6 +18,7 @@ from cassieq_spark.engine.consume.batch_ack import receipts_list
 from cassieq_spark.engine.core import monoton, queues
 from cassieq_spark.engine.core.buckets import MAX_BUCKET_SIZE, validate_bucket_size
 from cassieq_spark.errors import ConfigError
+from cassieq_spark.spark import option_table
 from cassieq_spark.spark import options as spark_options
 
 pytestmark = pytest.mark.unit
@@ -204,12 +205,12 @@ BOUNDS: dict[str, tuple[list[Check], list[Check], list[str]]] = {
         ["closest allowed spelling"],
     ),
     "writeId": (
-        [lambda: _sink(writeId="w" * spark_options.WRITE_ID_MAX)],
+        [lambda: _sink(writeId="w" * option_table.WRITE_ID_MAX)],
         [
-            lambda: _sink(writeId="w" * (spark_options.WRITE_ID_MAX + 1)),
+            lambda: _sink(writeId="w" * (option_table.WRITE_ID_MAX + 1)),
             lambda: _sink(writeId="a\nb"),
         ],
-        [f"1 to {spark_options.WRITE_ID_MAX} printable"],
+        [f"1 to {option_table.WRITE_ID_MAX} printable"],
     ),
     "idBlockSize": (
         [lambda: _sink(idBlockSize=str(monoton.MAX_BLOCK))],
@@ -220,15 +221,15 @@ BOUNDS: dict[str, tuple[list[Check], list[Check], list[str]]] = {
         [
             lambda: _source(maxIdsPerPartition=str(MAX)),
             lambda: _source(maxMessagesPerTrigger=str(MAX), minMessagesPerTrigger="1"),
-            lambda: _source(maxBatchAttempts=str(spark_options.MIN_BATCH_ATTEMPTS)),
+            lambda: _source(maxBatchAttempts=str(option_table.MIN_BATCH_ATTEMPTS)),
         ],
         [
             lambda: _source(maxIdsPerPartition=str(MAX + 1)),
             lambda: _source(minIdsPerPartition="0"),
             lambda: _source(maxMessagesPerTrigger=str(MAX + 1)),
-            lambda: _source(maxBatchAttempts=str(spark_options.MIN_BATCH_ATTEMPTS - 1)),
+            lambda: _source(maxBatchAttempts=str(option_table.MIN_BATCH_ATTEMPTS - 1)),
         ],
-        [f"{MAX:,}", f"maxBatchAttempts`: {spark_options.MIN_BATCH_ATTEMPTS}"],
+        [f"{MAX:,}", f"maxBatchAttempts`: {option_table.MIN_BATCH_ATTEMPTS}"],
     ),
     "queue settings (bucketSize, maxDeliveryCount, visibilityTimeout, repairTimeout, messageTtl, maxPayloadBytes)": (
         [lambda: _source(createQueue="true", maxDeliveryCount=str(validate.MAX_DELIVERY_COUNT))],

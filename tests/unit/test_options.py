@@ -15,13 +15,8 @@ from pyspark.sql.types import (
 )
 
 from cassieq_spark.errors import ConfigError
-from cassieq_spark.spark.options import (
-    SINK_OPTIONS,
-    SOURCE_OPTIONS,
-    redacted,
-    sink_options,
-    source_options,
-)
+from cassieq_spark.spark.option_table import SINK, STREAM, allowed, only_for
+from cassieq_spark.spark.options import parse_source_settings, redacted, sink_options
 from cassieq_spark.spark.schema import SOURCE_SCHEMA, SOURCE_SCHEMA_DDL
 from cassieq_spark.spark.sink import check_input_schema
 
@@ -116,18 +111,17 @@ def test_password_never_in_errors() -> None:
 
 
 def test_source_options_share_common_and_reject_sink_only() -> None:
-    opts = source_options({**BASE, "maxMessagesPerTrigger": "500", "consumerId": "c1"})
+    opts = parse_source_settings({**BASE, "maxMessagesPerTrigger": "500", "consumerId": "c1"})
     assert opts.common.queue == "events"
-    assert opts.int_option("maxMessagesPerTrigger", minimum=1) == 500
-    assert opts.int_option("maxIdsPerPartition", default=7) == 7
-    assert opts.str_option("consumerId") == "c1"
+    assert opts.max_messages_per_trigger == 500
+    assert opts.max_ids_per_partition == 100_000
+    assert opts.consumer_id == "c1"
     with pytest.raises(ConfigError, match="'maxMessagesPerTrigger' must be >= 1"):
-        source_options({**BASE, "maxMessagesPerTrigger": "0"}).int_option(
-            "maxMessagesPerTrigger", minimum=1
-        )
+        parse_source_settings({**BASE, "maxMessagesPerTrigger": "0"})
     with pytest.raises(ConfigError, match="unknown option 'idblocksize' for the cassieq source"):
-        source_options({**BASE, "idBlockSize": "5"})
-    assert not set(SINK_OPTIONS) & set(SOURCE_OPTIONS)
+        parse_source_settings({**BASE, "idBlockSize": "5"})
+    assert "maxmessagespertrigger" in only_for(STREAM)
+    assert not only_for(SINK) & set(allowed("source"))
 
 
 def test_source_schema_matches_ddl() -> None:

@@ -7,7 +7,7 @@ import inspect
 from cassieq_spark.cli import build_parser
 from cassieq_spark.client import QueueClient
 from cassieq_spark.engine.core.queues import DEFAULT_SETTINGS, QueueInfo, QueueSettings
-from cassieq_spark.spark.options import source_options
+from cassieq_spark.spark.options import parse_source_settings
 
 
 def test_client_cli_spark_and_queue_info_share_the_defaults() -> None:
@@ -21,5 +21,5 @@ def test_client_cli_spark_and_queue_info_share_the_defaults() -> None:
         if field != "bucket_size":  # the command line leaves it to the engine (None)
             assert getattr(args, field) == default, field
     assert create["max_payload_bytes"].default == DEFAULT_SETTINGS.max_payload_bytes
-    settings = source_options({"queue": "q", "createQueue": "true"}).common.queue_settings
+    settings = parse_source_settings({"queue": "q", "createQueue": "true"}).common.queue_settings
     assert QueueSettings(**settings) == DEFAULT_SETTINGS
