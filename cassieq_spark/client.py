@@ -438,7 +438,7 @@ class QueueClient:
         """Up to ``limit`` messages that a get could return now. Changes nothing."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ConfigError(f"limit must be a positive integer, got {limit!r}")
-        return peek_messages(self.conn, self._queue(queue), limit)
+        return peek_messages(self._consumer, self._queue(queue), limit)
 
     def stats(self, queue: str) -> dict:
         return queue_stats(self.conn, self.counters, self._queue(queue))
