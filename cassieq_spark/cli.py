@@ -21,9 +21,19 @@ from .config import (
     options_from_flags,
     read_password_file,
 )
+from .config.flags import (
+    EXIT_EMPTY,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_STALE,
+    EXIT_USAGE,
+    exit_status,
+)
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .engine.core.queues import DEFAULT_SETTINGS
-from .errors import ConfigError, QueueNotFoundError, StaleReceiptError, one_line
+from .errors import ConfigError, one_line
 from .extras import require
 from .service.server import add_serve_flags, serve
 from .validate import (
@@ -49,13 +59,6 @@ from .validate import (
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2  # argparse's own status for bad arguments
-EXIT_EMPTY = 3  # `get` found no visible message
-EXIT_NOT_FOUND = 4  # the queue does not exist
-EXIT_STALE = 5  # `ack`/`change-visibility` with a receipt that no longer owns its message
-EXIT_INTERRUPTED = 130  # Ctrl-C outside a watch: the shell's convention for SIGINT
 
 DEFAULT_WATCH_INTERVAL = 2.0
 
@@ -410,15 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        status = EXIT_ERROR
-        if isinstance(exc, QueueNotFoundError):
-            status = EXIT_NOT_FOUND
-        elif isinstance(exc, ConfigError):  # a receipt that is not one too: not "stale"
-            status = EXIT_USAGE
-        elif isinstance(exc, StaleReceiptError):
-            status = EXIT_STALE
         print(f"cassieq: error: {one_line(exc)}", file=sys.stderr)
-        return status
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

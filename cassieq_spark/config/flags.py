@@ -1,15 +1,38 @@
-"""The connection flags of every command line of the project (``cassieq``, ``jobs/repair.py``).
+"""The connection flags and exit statuses of every command line of the project (``cassieq``,
+``cassieq-repair``).
 
 Flags become Spark-style option names, so they go through the same parsing and checks as the
-sink's and source's options; ``CASSIEQ_*`` variables fill in what is not given.
+sink's and source's options; ``CASSIEQ_*`` variables fill in what is not given. A failure maps to
+the same exit status whichever command meets it (:func:`exit_status`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
+from ..errors import ConfigError, QueueNotFoundError, StaleReceiptError
 from .options import env_defaults
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse's own status for bad arguments
+EXIT_EMPTY = 3  # `get` found no visible message
+EXIT_NOT_FOUND = 4  # the queue does not exist
+EXIT_STALE = 5  # `ack`/`change-visibility` with a receipt that no longer owns its message
+EXIT_INTERRUPTED = 130  # Ctrl-C outside a watch: the shell's convention for SIGINT
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status of a command that failed with ``exc``: an unknown queue 4, a bad value 2
+    (a receipt that is not one included: not "stale"), a stale receipt 5, anything else 1."""
+    if isinstance(exc, QueueNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, ConfigError):
+        return EXIT_USAGE
+    if isinstance(exc, StaleReceiptError):
+        return EXIT_STALE
+    return EXIT_ERROR
+
 
 _FLAGS = (
     ("contact_points", "contactPoints"),

@@ -40,10 +40,10 @@ from ..config import (
     options_from_flags,
     validate_queue_name,
 )
+from ..config.flags import EXIT_ERROR, EXIT_OK, exit_status
 from ..errors import (
     ConfigError,
     ConnectionFailedError,
-    QueueNotFoundError,
     one_line,
 )
 from ..validate import (
@@ -53,11 +53,6 @@ from ..validate import (
 )
 
 log = logging.getLogger("cassieq.repair")
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 4
 
 
 def _repair_timeout(text: str) -> float:
@@ -294,13 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        status = EXIT_ERROR
-        if isinstance(exc, QueueNotFoundError):
-            status = EXIT_NOT_FOUND
-        elif isinstance(exc, ConfigError):
-            status = EXIT_USAGE
         print(f"repair: error: {one_line(exc)[:2000]}", file=sys.stderr)
-        return status
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

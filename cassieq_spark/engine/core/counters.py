@@ -59,6 +59,21 @@ class Counters:
                 type(exc).__name__,
             )
 
+    def count_enqueued(self, queue: QueueInfo, n: int) -> None:
+        """Add ``n`` to ``enqueued``, never raising: the messages are enqueued already, and a
+        caller that saw an error would retry and enqueue them twice. A count that cannot be
+        added leaves the counter short by ``n``, logged."""
+        try:
+            self.add(queue, "enqueued", n)
+        except Exception:
+            log.warning(
+                "could not count %d messages enqueued to queue %s; the enqueued counter is "
+                "short by that much",
+                n,
+                queue.name,
+                exc_info=True,
+            )
+
     def read(self, queue: QueueInfo) -> dict[str, int]:
         row = self.conn.execute(
             f"SELECT {', '.join(NAMES)} FROM {{ks}}.counters WHERE queue_id = ?", (queue.queue_id,)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from ...errors import CassieQError, ReplayMismatchError
 from ..core.counters import Counters
@@ -60,6 +61,33 @@ class Slice:
     delays: list[float] | None
     sizes: list[int]
     dests: list[str] | None = None
+
+
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
+
+
+class SliceWrite(Protocol[R_co]):
+    """A write that takes checked slices, then finishes or rolls back whole."""
+
+    def add_slice(self, rows: Slice) -> None: ...
+
+    def finish(self) -> R_co: ...
+
+    def rollback(self) -> None: ...
+
+
+def pull_slices(write: SliceWrite[R], slices: Iterable[Slice]) -> R:
+    """Pull ``slices`` one at a time into ``write``, then finish it; anything that fails (a
+    slice's checks, Cassandra, the close) rolls the write back, so a task either wrote what it
+    was given or left nothing a retry could not redo."""
+    try:
+        for rows in slices:
+            write.add_slice(rows)
+        return write.finish()
+    except BaseException:
+        write.rollback()
+        raise
 
 
 @dataclass
@@ -216,16 +244,7 @@ class KeyedWrite:
                 "queue's repairTimeout lets readers hand its blocks to repair: raise "
                 "repairTimeout or make tasks smaller)"
             )
-        try:
-            Counters(self.conn).add(self.queue, "enqueued", self.written)
-        except Exception:  # the rows are enqueued: a lost count must not undo them
-            log.warning(
-                "could not count %d messages enqueued to queue %s; the enqueued counter is "
-                "short by that much",
-                self.written,
-                self.queue.name,
-                exc_info=True,
-            )
+        Counters(self.conn).count_enqueued(self.queue, self.written)
         if self.placed.replayed:
             log.info(
                 "%s, partition %d: %d rows were written by an earlier attempt",
@@ -271,12 +290,5 @@ class KeyedWrite:
                 )
 
     def run(self, slices: Iterable[Slice]) -> WriteReport:
-        """Pull ``slices`` one at a time into :meth:`add_slice`, then finish; anything that
-        fails (a slice's checks, Cassandra, the close) rolls the write back."""
-        try:
-            for rows in slices:
-                self.add_slice(rows)
-            return self.finish()
-        except BaseException:
-            self.rollback()
-            raise
+        """:func:`pull_slices` into this write."""
+        return pull_slices(self, slices)

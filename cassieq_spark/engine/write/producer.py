@@ -65,7 +65,7 @@ def _enqueue_block(
         lo, hi = block.res.lo, block.res.hi
         outcome = settle.settle(conn, queue, block)
         if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR):
-            _count(counters, queue, placed.written)
+            counters.count_enqueued(queue, placed.written)
             return ids
         todo = [at for at in todo if lo <= ids[at] < hi]
         if outcome is settle.Settled.REPAIRED:
@@ -105,18 +105,3 @@ def _roll_back(conn: Connection, queue: QueueInfo, placed: writes.Placed) -> Non
             settle.roll_back(conn, queue, block.res)
         except Exception:
             log.exception("rollback failed; the block stays open and repair will handle it")
-
-
-def _count(counters: Counters, queue: QueueInfo, n: int) -> None:
-    # The messages are enqueued: the caller must not see an error (and retry, enqueueing them
-    # twice) because their count could not be added.
-    try:
-        counters.add(queue, "enqueued", n)
-    except Exception:
-        log.warning(
-            "could not count %d messages enqueued to queue %s; the enqueued counter is short "
-            "by that much",
-            n,
-            queue.name,
-            exc_info=True,
-        )

@@ -23,7 +23,7 @@ from ...errors import QueueNotFoundError
 from ..core import queues
 from ..core.queues import QueueInfo
 from ..store.session import Connection
-from .keyed_write import KeyedWrite, Slice, WriteReport
+from .keyed_write import KeyedWrite, Slice, WriteReport, pull_slices
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +150,6 @@ class RoutedWrite:
             w.rollback()
 
     def run(self, slices: Iterable[Slice]) -> RoutedReport:
-        """Pull ``slices`` one at a time into :meth:`add_slice`, then finish; anything that
-        fails rolls back every destination's write."""
-        try:
-            for rows in slices:
-                self.add_slice(rows)
-            return self.finish()
-        except BaseException:
-            self.rollback()
-            raise
+        """:func:`pull_slices` into this write: anything that fails rolls back every
+        destination's write."""
+        return pull_slices(self, slices)
