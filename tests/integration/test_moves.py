@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from support.queues import connection_flags
+from support.queues import connection_flags, drain_messages
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.store import faults
@@ -20,14 +20,6 @@ from cassieq_spark.engine.upkeep.moves import HEADER_MOVED_FROM, HEADER_REDRIVE_
 from cassieq_spark.errors import ConfigError
 
 pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures("fault_mode")]
-
-
-def _drain(client: QueueClient, queue: str) -> list:
-    out = []
-    while (msg := client.get(queue)) is not None:
-        out.append(msg)
-        assert client.ack(queue, msg.pop_receipt)
-    return out
 
 
 def _dead_letters(client: QueueClient, queue: str, n: int) -> tuple[str, list[int]]:
@@ -56,7 +48,7 @@ def test_redrive_moves_dead_letters_back_once_with_provenance(queue_client, queu
     rest = queue_client.redrive(dlq, to=queue_name)
     assert rest.moved == 2
     assert queue_client.get(dlq) is None
-    back = _drain(queue_client, queue_name)
+    back = drain_messages(queue_client, queue_name)
     assert sorted(m.payload for m in back) == [f"m{i}".encode() for i in range(6)]
     assert sorted(int(m.headers[HEADER_ORIGIN_ID]) for m in back) == sorted(ids)
     for m in back:
@@ -85,7 +77,7 @@ def test_a_mover_that_dies_after_writing_leaves_no_second_copy(queue_client, que
     time.sleep(1.2)
     report = queue_client.move(src, to=dst)
     assert report.moved == 3
-    got = _drain(queue_client, dst)
+    got = drain_messages(queue_client, dst)
     assert sorted(m.payload for m in got) == [b"a", b"b", b"c"]
     assert {m.headers[HEADER_MOVED_FROM] for m in got} == {src}
 
@@ -117,7 +109,7 @@ def test_two_movers_at_once_deliver_every_message_once(queue_client, queue_name,
         p.join(180)
         assert p.exitcode == 0
     assert sum(out.get(timeout=5) for _ in procs) >= n
-    counts = collections.Counter(int(m.payload) for m in _drain(queue_client, dst))
+    counts = collections.Counter(int(m.payload) for m in drain_messages(queue_client, dst))
     assert set(counts) == set(range(n)), f"missing: {sorted(set(range(n)) - set(counts))[:10]}"
     assert [k for k, c in counts.items() if c > 1] == []
     assert queue_client.stats(src)["backlog"] == 0
@@ -147,4 +139,4 @@ def test_cli_redrive_prints_counts(queue_client, queue_name, cassieq_options):
         "moved": 2,
         "taken_over": 0,
     }
-    assert len(_drain(queue_client, queue_name)) == 2
+    assert len(drain_messages(queue_client, queue_name)) == 2

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from support.queues import drain_messages
 
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.store import faults
@@ -18,11 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.fast, pytest.mark.usefixtures
 
 
 def drain(client, queue) -> list[int]:
-    got = []
-    while (m := client.get(queue)) is not None:
-        assert client.ack(queue, m.pop_receipt)
-        got.append(m.id)
-    return got
+    return [m.id for m in drain_messages(client, queue)]
 
 
 def test_purge_drops_every_kind_of_message_and_keeps_a_block_being_written(

@@ -18,6 +18,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from support.queues import drain
 
 from cassieq_spark.engine.core import messages, monoton
 from cassieq_spark.engine.store import faults
@@ -59,14 +60,6 @@ def _run(plan: SinkPlan, values: list[str], partition: int = 0):
 
 def _values(lo: int, hi: int) -> list[str]:
     return [f"v{i}" for i in range(lo, hi)]
-
-
-def _drain(queue_client, queue: str) -> Counter:
-    seen: Counter = Counter()
-    while (m := queue_client.get(queue)) is not None:
-        seen[m.text] += 1
-        assert queue_client.ack(queue, m.pop_receipt)
-    return seen
 
 
 def _create(queue_client, queue_name):
@@ -113,14 +106,14 @@ def test_sink_replay_after_its_block_was_repaired_and_forgotten_writes_what_repa
     )
 
     msg = _run(plan, values)
-    seen = _drain(queue_client, queue_name)
+    seen = drain(queue_client, queue_name)
     missing = sorted(set(values) - set(seen), key=lambda v: int(v[1:]))
     assert (msg.written, msg.replayed, missing) == (118, 32, [])
     assert seen == Counter(values)
 
     again = _run(plan, values)
     assert (again.written, again.replayed) == (0, 150)
-    assert _drain(queue_client, queue_name) == Counter()
+    assert drain(queue_client, queue_name) == Counter()
 
 
 def test_keyed_enqueue_after_its_block_was_repaired_and_forgotten_writes_what_repair_did_not_deliver(
@@ -136,9 +129,9 @@ def test_keyed_enqueue_after_its_block_was_repaired_and_forgotten_writes_what_re
     ids = enqueue(queue_client.conn, queue_client.counters, info, payloads, key="dlq:x")
     assert ids[:32] == list(range(32))  # delivered by repair's copies
     assert min(ids[32:]) > BLOCK  # written again, into a new block
-    assert _drain(queue_client, queue_name) == Counter(values)
+    assert drain(queue_client, queue_name) == Counter(values)
     assert enqueue(queue_client.conn, queue_client.counters, info, payloads, key="dlq:x") == ids
-    assert _drain(queue_client, queue_name) == Counter()
+    assert drain(queue_client, queue_name) == Counter()
 
 
 def _stall_until_repaired_and_forgotten(queue_client, info, queue_name):
@@ -172,7 +165,7 @@ def test_sink_task_whose_block_is_forgotten_before_its_rows_land_fails_and_retri
     faults.reset()
     msg = _run(plan, values)
     assert (msg.written, msg.replayed) == (BLOCK, 0)
-    assert _drain(queue_client, queue_name) == Counter(values)
+    assert drain(queue_client, queue_name) == Counter(values)
 
 
 def test_put_many_whose_block_is_forgotten_before_its_rows_land_writes_them_again(
@@ -186,7 +179,7 @@ def test_put_many_whose_block_is_forgotten_before_its_rows_land_writes_them_agai
     ids = queue_client.put_many(queue_name, values)
     faults.reset()
     assert min(ids) >= BLOCK  # the first block (0..63) was repaired empty and forgotten
-    assert _drain(queue_client, queue_name) == Counter(values)
+    assert drain(queue_client, queue_name) == Counter(values)
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["put_many", "sink"])
@@ -215,7 +208,7 @@ def test_late_close_whose_reply_is_lost_counts_as_closed_once(
         assert ids == list(range(10))
     assert len(late) == 1
     assert lost.hits == 1 or os.environ.get(faults.ENV)  # the whole-run mode loses it anyway
-    assert _drain(queue_client, queue_name) == Counter(values)
+    assert drain(queue_client, queue_name) == Counter(values)
     assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
 
 
@@ -250,7 +243,7 @@ def test_writer_pushing_back_a_repair_that_forgets_the_range_meanwhile_brings_no
     time.sleep(1.2)
     assert queue_client.repair(queue_name).lost_ids == 0
     assert queue_client.stats(queue_name)["lost"] == 0
-    assert _drain(queue_client, queue_name) == Counter(values)
+    assert drain(queue_client, queue_name) == Counter(values)
 
 
 def test_a_reader_behind_a_forgotten_range_neither_reopens_nor_recounts_it(

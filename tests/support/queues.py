@@ -24,6 +24,15 @@ def drain(queue_client, queue: str, wait: float = 0.0) -> Counter:
         idle_since = time.monotonic()
 
 
+def drain_messages(queue_client, queue: str) -> list:
+    """Every message a client gets (and acks) until the queue has nothing visible, in order."""
+    out = []
+    while (m := queue_client.get(queue)) is not None:
+        out.append(m)
+        assert queue_client.ack(queue, m.pop_receipt)
+    return out
+
+
 def connection_flags(options: dict[str, str]) -> list[str]:
     """The command-line flags of ``cassieq`` and ``jobs/repair.py`` for ``options``."""
     return [
