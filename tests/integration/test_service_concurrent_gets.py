@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import socket
 import struct
 import threading
@@ -16,7 +15,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
-from support.service_harness import LOOPBACK, start_test_server
+from support.service_harness import LOOPBACK, metric, start_test_server
 
 JSON = {"Content-Type": "application/json"}
 MESSAGES = 200
@@ -27,12 +26,6 @@ LEAVES_EACH = 25
 # invisible past the deadline and shows up as not delivered.
 VT = 600
 DEADLINE = 60.0
-
-
-def _metric(text: str, name: str) -> float:
-    found = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
-    assert found, f"{name} not in /metrics"
-    return float(found.group(1))
 
 
 def test_concurrent_gets_deliver_each_message_once_and_leavers_hold_none(
@@ -110,11 +103,11 @@ def test_concurrent_gets_deliver_each_message_once_and_leavers_hold_none(
         assert (stats["backlog"], stats["in_flight"]) == (0, 0), stats
 
         metrics = server.call("GET", "/metrics").body.decode()
-        reads = _metric(metrics, "cassieq_get_reads_total")
+        reads = metric(metrics, "cassieq_get_reads_total")
         # Gets that arrived while a receive was in flight shared the next one.
         assert 1 <= reads < gets[0], (reads, gets[0])
         # Acks that arrived while an ack_many was in flight shared the next one.
-        writes = _metric(metrics, "cassieq_ack_writes_total")
+        writes = metric(metrics, "cassieq_ack_writes_total")
         assert 1 <= writes < MESSAGES, writes
     finally:
         server.stop()

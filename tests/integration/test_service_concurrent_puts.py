@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from support.service_harness import start_test_server
+from support.service_harness import metric, start_test_server
 
 JSON = {"Content-Type": "application/json"}
 THREADS = 16
 PUTS_PER_THREAD = 25
-
-
-def _metric(text: str, name: str) -> float:
-    found = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
-    assert found, f"{name} not in /metrics"
-    return float(found.group(1))
 
 
 def test_concurrent_puts_are_each_stored_once_in_fewer_writes(
@@ -53,7 +46,7 @@ def test_concurrent_puts_are_each_stored_once_in_fewer_writes(
         expected = {f"w{w}-{i}" for w in range(THREADS) for i in range(PUTS_PER_THREAD)}
         assert set(stored) == expected and set(stored.values()) == {1}
 
-        writes = _metric(server.call("GET", "/metrics").body.decode(), "cassieq_put_writes_total")
+        writes = metric(server.call("GET", "/metrics").body.decode(), "cassieq_put_writes_total")
         # Puts that arrived while a write was in flight shared the next one.
         assert 1 <= writes < THREADS * PUTS_PER_THREAD, writes
     finally:

@@ -13,6 +13,7 @@ import hmac
 import http.client
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -204,3 +205,10 @@ def signed_headers(
     canonical = "/" + path.split("?", 1)[0].strip("/")
     sig = hmac_sig(key, "\n".join([account, method, canonical, stamp]))
     return {"Authorization": f"Signed {sig}", "X-Cassieq-Request-Time": stamp}
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the unlabelled metric ``name`` in a Prometheus scrape ``text``."""
+    found = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
