@@ -261,6 +261,17 @@ def _hazelcast(port: int, group: str) -> str:
 """
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM (a server drains and stops), SIGKILL after 40 s; both suite servers stop so."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def request(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
     """One HTTP request on a fresh loopback connection: (status, body). The service suite uses
     it for both servers."""
@@ -331,10 +342,4 @@ class OriginalServer:
         return json.loads(raw)["keys"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)

@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from . import original_server
 from .common import BenchConfig, SuiteUnavailable, client, payloads, percentile, summarize
-from .original_server import request
+from .original_server import request, stop_process
 
 log = logging.getLogger("bench")
 
@@ -88,13 +88,7 @@ class Instance:
         raise RuntimeError("cassieq serve not ready in 90 s")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 class Client:
