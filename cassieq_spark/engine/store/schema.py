@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -183,6 +183,14 @@ MIGRATIONS: dict[int, list[str]] = {
     # under a server-side secret that is never stored in Cassandra (reading the table gives no
     # usable key), and the lease that lets one service instance at a time run repair.
     8: SERVICE_ACCOUNTS_MIGRATION,
+    # Queue settings that change after creation (``queues.update_queue``): each update is a
+    # compare-and-set on ``settings_version``, so an update that checked the settings it read
+    # (a dead-letter chain without a cycle) never writes over one that changed them since;
+    # ``updated_at`` says when they last changed. A row without them was never updated.
+    9: [
+        "ALTER TABLE {ks}.queues ADD IF NOT EXISTS settings_version int",
+        "ALTER TABLE {ks}.queues ADD IF NOT EXISTS updated_at timestamp",
+    ],
 }
 
 
