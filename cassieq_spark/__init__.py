@@ -3,7 +3,7 @@ structured-streaming source and sink."""
 
 from __future__ import annotations
 
-from .client import QueueClient
+from .client import PutEntry, QueueClient
 from .config import ConnectionConfig
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.core.messages import Message
@@ -20,6 +20,7 @@ from .errors import (
     QueueBusyError,
     QueueExistsError,
     QueueNotFoundError,
+    QueueSettingsMismatchError,
     SchemaNotBootstrappedError,
     StaleReceiptError,
 )
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "QueueClient",
+    "PutEntry",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",
@@ -43,6 +45,7 @@ __all__ = [
     "QueueBusyError",
     "QueueExistsError",
     "QueueNotFoundError",
+    "QueueSettingsMismatchError",
     "SchemaNotBootstrappedError",
     "StaleReceiptError",
 ]

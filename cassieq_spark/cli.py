@@ -1,11 +1,15 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``cassieq`` command: a thin shell over :class:`cassieq_spark.QueueClient`.
 
 Machine-readable output (JSON) for everything a script reads; errors are one line on stderr.
+Shell completion comes from argcomplete when it is installed (the ``[cli]`` extra):
+``eval "$(register-python-argcomplete cassieq)"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import logging
@@ -13,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .client import QueueClient, check_app_role
+from .client import PutEntry, QueueClient, check_app_role
 from .config import (
     ConnectionConfig,
     add_connection_flags,
@@ -49,6 +53,8 @@ from .validate import (
     MAX_WAIT_SECONDS,
     MAX_WATCH_INTERVAL_SECONDS,
     MIN_WATCH_INTERVAL_SECONDS,
+    dedup_id,
+    delay_seconds,
     integer_text,
     max_messages,
     plain_number_text,
@@ -56,6 +62,7 @@ from .validate import (
     watch_count,
     watch_interval,
 )
+from .validate import headers as validate_headers
 
 log = logging.getLogger(__name__)
 
@@ -157,37 +164,81 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--app-role", metavar="NAME", help="also create this role: SELECT, MODIFY only")
     s.add_argument("--app-password-file", metavar="FILE", help="the app role's password (line 1)")
 
-    s = sub.add_parser("create-queue", help="create a queue")
+    s = sub.add_parser(
+        "create-queue",
+        help="create a queue; a setting left out gets its default (--exist-ok: an existing "
+        "queue must have every setting given)",
+    )
     s.add_argument("name")
-    s.add_argument("--bucket-size", type=_integer, default=None, metavar="N")
+    d = DEFAULT_SETTINGS
+    s.add_argument("--bucket-size", type=_integer, metavar="N", help=f"default {d.bucket_size}")
     s.add_argument(
-        "--max-delivery-count",
-        type=_integer,
-        default=DEFAULT_SETTINGS.max_delivery_count,
-        metavar="N",
+        "--max-delivery-count", type=_integer, metavar="N", help=f"default {d.max_delivery_count}"
     )
     s.add_argument(
-        "--visibility-timeout",
-        type=_number,
-        default=DEFAULT_SETTINGS.visibility_timeout,
-        metavar="S",
+        "--visibility-timeout", type=_number, metavar="S", help=f"default {d.visibility_timeout:g}"
     )
     s.add_argument(
-        "--repair-timeout", type=_number, default=DEFAULT_SETTINGS.repair_timeout, metavar="S"
+        "--repair-timeout", type=_number, metavar="S", help=f"default {d.repair_timeout:g}"
     )
-    s.add_argument("--dead-letter-queue", default=None, metavar="Q")
-    s.add_argument("--message-ttl", type=_integer, default=None, metavar="S")
+    s.add_argument("--dead-letter-queue", metavar="Q", help="default none")
+    s.add_argument("--message-ttl", type=_integer, metavar="S", help="default none (kept)")
+    s.add_argument(
+        "--max-payload-bytes", type=_integer, metavar="N", help=f"default {d.max_payload_bytes}"
+    )
     s.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+
+    s = sub.add_parser(
+        "update-queue",
+        help="change settings of a queue in use; they apply from each message's next delivery "
+        "(a new TTL and payload limit: to messages put from then on)",
+    )
+    s.add_argument("name")
+    s.add_argument("--visibility-timeout", type=_number, metavar="S")
+    s.add_argument("--max-delivery-count", type=_integer, metavar="N")
+    dlq = s.add_mutually_exclusive_group()
+    dlq.add_argument("--dead-letter-queue", metavar="Q")
+    dlq.add_argument(
+        "--no-dead-letter-queue", action="store_true", help="remove the dead-letter queue"
+    )
+    ttl = s.add_mutually_exclusive_group()
+    ttl.add_argument("--message-ttl", type=_integer, metavar="S")
+    ttl.add_argument("--no-message-ttl", action="store_true", help="keep messages until acked")
+    s.add_argument("--max-payload-bytes", type=_integer, metavar="N")
 
     sub.add_parser("list-queues", help="the queues and their settings (JSON)")
 
     s = sub.add_parser("delete-queue", help="delete a queue and its messages")
     s.add_argument("name")
 
-    s = sub.add_parser("put", help="enqueue MESSAGE (use - to read it from stdin); prints the id")
+    s = sub.add_parser(
+        "put",
+        help="enqueue MESSAGE (use - to read it from stdin); prints the id. --ndjson: one "
+        "message per line of stdin, one id per line out",
+    )
     s.add_argument("queue")
-    s.add_argument("message")
-    s.add_argument("--delay", type=_number, default=0.0, metavar="S")
+    s.add_argument("message", nargs="?")
+    s.add_argument("--delay", type=_number, default=None, metavar="S")
+    s.add_argument(
+        "--header",
+        action="append",
+        default=None,
+        metavar="K=V",
+        help="a header of the message; repeat for more",
+    )
+    s.add_argument(
+        "--dedup-id",
+        metavar="ID",
+        help="deduplication id: a put of the same id within 5 minutes enqueues nothing and "
+        "prints the first put's id",
+    )
+    s.add_argument(
+        "--ndjson",
+        action="store_true",
+        help='read messages from stdin, one JSON object a line: {"payload": "...", '
+        '"encoding": "utf-8" or "base64", "headers": {...}, "delay": S, "dedup_id": "..."} '
+        "(all but payload optional); every line is checked before any is put",
+    )
 
     s = sub.add_parser(
         "get",
@@ -213,6 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("ack", help="acknowledge a received message")
     s.add_argument("queue")
     s.add_argument("receipt")
+
+    s = sub.add_parser(
+        "ack-many",
+        help=f"acknowledge up to {MAX_BATCH} receipts (arguments, or one a line on stdin); one "
+        f"JSON result a line; exit {EXIT_STALE} when any was stale or invalid",
+    )
+    s.add_argument("queue")
+    s.add_argument("receipts", nargs="*", metavar="RECEIPT")
 
     s = sub.add_parser("change-visibility", help="hide a message longer (0 releases it)")
     s.add_argument("queue")
@@ -268,8 +327,127 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return options_from_flags(args)
 
 
+CREATE_FLAGS = (
+    "bucket_size",
+    "max_delivery_count",
+    "visibility_timeout",
+    "repair_timeout",
+    "dead_letter_queue",
+    "message_ttl",
+    "max_payload_bytes",
+)
+UPDATE_FLAGS = (
+    "visibility_timeout",
+    "max_delivery_count",
+    "dead_letter_queue",
+    "message_ttl",
+    "max_payload_bytes",
+)
+
+
+def header_flags(values: Sequence[str] | None) -> dict[str, str] | None:
+    """``--header k=v`` flags as headers; a repeated key is an error, not a silent overwrite."""
+    if not values:
+        return None
+    out: dict[str, str] = {}
+    for text in values:
+        key, eq, value = text.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"--header {text!r} is not KEY=VALUE (e.g. --header trace=abc)")
+        if key in out:
+            raise ConfigError(f"--header {key!r} is given twice; give each header once")
+        out[key] = value
+    return out
+
+
+def read_ndjson(stream) -> list[PutEntry]:
+    """Messages of ``put --ndjson``: one JSON object a line (blank lines skipped), every line
+    checked before anything is put; a bad line is an error naming its number."""
+    entries: list[PutEntry] = []
+    allowed = {"payload", "encoding", "headers", "delay", "dedup_id"}
+    for number, raw in enumerate(stream, 1):
+        if not raw.strip():
+            continue
+
+        def bad(why: str, number: int = number) -> ConfigError:
+            return ConfigError(
+                f"stdin line {number}: {why}; each line is one JSON object like "
+                '{"payload": "text", "headers": {"k": "v"}, "delay": 5, "dedup_id": "id-1"} '
+                "(nothing was put)"
+            )
+
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise bad(f"not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise bad(f"a JSON {type(obj).__name__}, not an object")
+        unknown = sorted(set(obj) - allowed)
+        if unknown:
+            raise bad(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        payload = obj.get("payload")
+        encoding = obj.get("encoding", "utf-8")
+        if not isinstance(payload, str):
+            raise bad(f"'payload' must be a string, got {payload!r}"[:200])
+        if encoding == "base64":
+            try:
+                data: bytes | str = base64.b64decode(payload, validate=True)
+            except ValueError:
+                raise bad("'payload' is not base64 (encoding 'base64')") from None
+        elif encoding == "utf-8":
+            data = payload
+        else:
+            raise bad(f"'encoding' must be 'utf-8' or 'base64', got {encoding!r}")
+        try:
+            headers = validate_headers(obj.get("headers"))
+            delay = delay_seconds(obj.get("delay", 0.0))
+            did = obj.get("dedup_id")
+            if did is not None:
+                did = dedup_id(did)
+        except ConfigError as exc:
+            raise bad(str(exc)) from None
+        entries.append(PutEntry(data, headers, delay, did))
+    return entries
+
+
 def _check_args(args: argparse.Namespace) -> None:
     """Values argparse takes as text, checked before connecting: a typo costs no connection."""
+    if args.command == "put":
+        if args.ndjson:
+            extra = [
+                flag
+                for flag, value in (
+                    ("MESSAGE", args.message),
+                    ("--delay", args.delay),
+                    ("--header", args.header),
+                    ("--dedup-id", args.dedup_id),
+                )
+                if value is not None
+            ]
+            if extra:
+                raise ConfigError(
+                    f"put --ndjson takes each message's fields from its stdin line: drop "
+                    f"{', '.join(extra)} (or drop --ndjson)"
+                )
+        elif args.message is None:
+            raise ConfigError(
+                "put needs MESSAGE (or - to read it from stdin), or --ndjson for one message a "
+                "line of stdin"
+            )
+        args.headers = header_flags(args.header)
+        if args.dedup_id is not None:
+            dedup_id(args.dedup_id, "--dedup-id")
+        return
+    if args.command == "update-queue":
+        if not any(getattr(args, k) is not None for k in UPDATE_FLAGS) and not (
+            args.no_dead_letter_queue or args.no_message_ttl
+        ):
+            raise ConfigError(
+                "update-queue was given no setting to change: give one or more of "
+                "--visibility-timeout, --max-delivery-count, --dead-letter-queue, "
+                "--no-dead-letter-queue, --message-ttl, --no-message-ttl, --max-payload-bytes"
+            )
+        return
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
@@ -323,25 +501,44 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":
-        kw = {} if args.bucket_size is None else {"bucket_size": args.bucket_size}
-        info = client.create_queue(
-            args.name,
-            max_delivery_count=args.max_delivery_count,
-            visibility_timeout=args.visibility_timeout,
-            repair_timeout=args.repair_timeout,
-            dead_letter_queue=args.dead_letter_queue,
-            message_ttl=args.message_ttl,
-            exist_ok=args.exist_ok,
-            **kw,
-        )
-        _dump(info.as_dict())
+        given = {k: getattr(args, k) for k in CREATE_FLAGS if getattr(args, k) is not None}
+        _dump(client.create_queue(args.name, exist_ok=args.exist_ok, **given).as_dict())
+    elif cmd == "update-queue":
+        changes = {k: getattr(args, k) for k in UPDATE_FLAGS if getattr(args, k) is not None}
+        if args.no_dead_letter_queue:
+            changes["dead_letter_queue"] = None
+        if args.no_message_ttl:
+            changes["message_ttl"] = None
+        _dump(client.update_queue(args.name, **changes).as_dict())
     elif cmd == "list-queues":
         _dump([q.as_dict() for q in client.list_queues()])
     elif cmd == "delete-queue":
         client.delete_queue(args.name)
+    elif cmd == "put" and args.ndjson:
+        entries = read_ndjson(sys.stdin.buffer)
+        for start in range(0, len(entries), MAX_BATCH):
+            for mid in client.put_batch(args.queue, entries[start : start + MAX_BATCH]):
+                print(mid)
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
-        print(client.put(args.queue, payload, delay=args.delay))
+        print(
+            client.put(
+                args.queue,
+                payload,
+                delay=args.delay or 0.0,
+                headers=args.headers,
+                dedup_id=args.dedup_id,
+            )
+        )
+    elif cmd == "ack-many":
+        receipts = args.receipts or [
+            line.strip() for line in sys.stdin.read().splitlines() if line.strip()
+        ]
+        results = client.ack_many(args.queue, receipts)
+        for r in results:
+            _dump({"receipt": r.receipt, "status": r.status, "reason": r.reason})
+        if not all(r.ok for r in results):
+            raise _Exit(EXIT_STALE)
     elif cmd == "get" and (args.max is not None or args.wait is not None):
         batch = client.get_many(
             args.queue,
@@ -380,8 +577,20 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
     return EXIT_OK
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion when argcomplete is installed (the ``[cli]`` extra); without it the
+    command runs as ever. Free unless the shell's completion hook is asking."""
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _complete(parser)
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

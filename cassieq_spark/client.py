@@ -16,6 +16,7 @@ import logging
 import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from cassandra import Unauthorized
 
@@ -35,7 +36,7 @@ from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
-from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SETTINGS, QueueInfo
+from .engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
 from .engine.store.roles import create_app_role
@@ -44,12 +45,24 @@ from .engine.upkeep.moves import MoveReport, move_messages
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
-from .engine.write.producer import enqueue
-from .errors import ConfigError, PermissionDeniedError, QueueExistsError
+from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
+from .errors import ConfigError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
 QUEUE_CACHE_SECONDS = 5.0
+__all__ = ["DEDUP_WINDOW_SECONDS", "PutEntry", "QueueClient"]
+
+
+@dataclass(frozen=True)
+class PutEntry:
+    """One message of :meth:`QueueClient.put_batch`: its payload, headers, initial delay in
+    seconds and deduplication id (None: none; see :meth:`QueueClient.put`)."""
+
+    payload: bytes | str
+    headers: Mapping[str, str] | None = None
+    delay: float = 0.0
+    dedup_id: str | None = None
 
 
 def _server_message(exc: Exception) -> str:
@@ -195,18 +208,21 @@ class QueueClient:
     def create_queue(
         self,
         name: str,
-        bucket_size: int = DEFAULT_SETTINGS.bucket_size,
-        max_delivery_count: int = DEFAULT_SETTINGS.max_delivery_count,
-        visibility_timeout: float = DEFAULT_SETTINGS.visibility_timeout,
-        repair_timeout: float = DEFAULT_SETTINGS.repair_timeout,
-        dead_letter_queue: str | None = None,
-        message_ttl: int | None = None,
+        bucket_size: int = queues.UNSET,
+        max_delivery_count: int = queues.UNSET,
+        visibility_timeout: float = queues.UNSET,
+        repair_timeout: float = queues.UNSET,
+        dead_letter_queue: str | None = queues.UNSET,
+        message_ttl: int | None = queues.UNSET,
         exist_ok: bool = False,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_payload_bytes: int = queues.UNSET,
     ) -> QueueInfo:
-        """Create queue ``name``. ``exist_ok``: an existing queue is returned as it is, but a
-        setting asked for with a value other than its default must be the queue's own (a
-        different dead-letter queue, say, is :class:`QueueExistsError`, not ignored)."""
+        """Create queue ``name``; a setting not given gets its default
+        (:data:`~cassieq_spark.engine.core.queues.DEFAULT_SETTINGS`: no dead-letter queue, no
+        TTL). ``exist_ok``: an existing queue is returned as it is, but every setting given
+        must be the queue's own (``dead_letter_queue=None`` too: the queue must have none); one
+        that differs is :class:`~cassieq_spark.errors.QueueSettingsMismatchError` (a
+        ``QueueExistsError``) naming each differing setting, never silently ignored."""
         self._require_schema()
         asked = {
             "bucket_size": bucket_size,
@@ -217,22 +233,42 @@ class QueueClient:
             "message_ttl": message_ttl,
             "max_payload_bytes": max_payload_bytes,
         }
-        info = queues.create_queue(self.conn, name, exist_ok=exist_ok, **asked)
-        self._queues[name] = (time.monotonic(), info)
-        for key in ("visibility_timeout", "repair_timeout"):  # checked there: '30' is 30.0
-            asked[key] = float(asked[key])  # type: ignore[arg-type]
-        defaults = QueueInfo(name=name, queue_id=info.queue_id)
-        differ = [
-            f"{key} {getattr(info, key)!r} (asked {value!r})"
+        given = [key for key, value in asked.items() if value is not queues.UNSET]
+        settings = {
+            key: getattr(DEFAULT_SETTINGS, key) if value is queues.UNSET else value
             for key, value in asked.items()
-            if value != getattr(defaults, key) and value != getattr(info, key)
-        ]
-        if differ:
-            raise QueueExistsError(
-                f"queue {name!r} already exists with other settings: {', '.join(differ)}; use "
-                "another name, leave those settings out to use the queue as it is, or delete "
-                "and create it again"
-            )
+        }
+        info = queues.create_queue(self.conn, name, exist_ok=exist_ok, compare=given, **settings)
+        self._queues[name] = (time.monotonic(), info)
+        return info
+
+    def update_queue(
+        self,
+        name: str,
+        *,
+        visibility_timeout: float = queues.UNSET,
+        max_delivery_count: int = queues.UNSET,
+        dead_letter_queue: str | None = queues.UNSET,
+        message_ttl: int | None = queues.UNSET,
+        max_payload_bytes: int = queues.UNSET,
+    ) -> QueueInfo:
+        """Change settings of queue ``name`` while it is in use; returns the queue updated.
+        Settings not given are kept; ``dead_letter_queue=None`` removes the dead-letter queue,
+        ``message_ttl=None`` the TTL. A change applies from the next delivery on: messages
+        in flight keep their visibility deadline, the delivery limit and dead-letter queue are
+        checked at the next delivery, a new TTL and payload limit apply to messages put after
+        it. Other clients see it within ``QUEUE_CACHE_SECONDS`` (5 s); this one at once."""
+        self._require_schema()
+        info = queues.update_queue(
+            self.conn,
+            name,
+            visibility_timeout=visibility_timeout,
+            max_delivery_count=max_delivery_count,
+            dead_letter_queue=dead_letter_queue,
+            message_ttl=message_ttl,
+            max_payload_bytes=max_payload_bytes,
+        )
+        self._queues[name] = (time.monotonic(), info)
         return info
 
     def get_queue(self, name: str) -> QueueInfo:
@@ -272,9 +308,13 @@ class QueueClient:
         payload: bytes | str,
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        dedup_id: str | None = None,
     ) -> int:
-        """Enqueue one message; returns its id."""
-        return self.put_many(queue, [payload], delay=delay, headers=headers)[0]
+        """Enqueue one message; returns its id. ``dedup_id``: a put of the same id within
+        ``DEDUP_WINDOW_SECONDS`` (5 min) of the first enqueues nothing and returns the first
+        put's id, so a producer may retry after a timeout or a crash."""
+        ids = None if dedup_id is None else [dedup_id]
+        return self.put_many(queue, [payload], delay=delay, headers=headers, dedup_ids=ids)[0]
 
     def put_many(
         self,
@@ -282,8 +322,11 @@ class QueueClient:
         payloads: Iterable[bytes | str],
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        dedup_ids: Sequence[str | None] | None = None,
     ) -> list[int]:
-        """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
+        """Enqueue many messages with one id reservation per 10,000; returns their ids in order.
+        ``dedup_ids``: one deduplication id per payload (None: that one has none), as for
+        :meth:`put`; each message with one costs its own reservation."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise ConfigError(
                 f"put_many takes an iterable of payloads, got one {type(payloads).__name__}; "
@@ -293,16 +336,59 @@ class QueueClient:
         d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
+        hs = [h] * len(data) if h else None
+        ds = [d] * len(data) if d else None
+        if dedup_ids is not None:
+            if isinstance(dedup_ids, str) or len(dedup_ids) != len(data):
+                raise ConfigError(
+                    "put_many takes one deduplication id per payload (None for none), got "
+                    + (
+                        "one string"
+                        if isinstance(dedup_ids, str)
+                        else f"{len(dedup_ids)} for {len(data)} payloads"
+                    )
+                )
+            ids = [
+                None if x is None else validate.dedup_id(x, f"dedup_ids[{i}]")
+                for i, x in enumerate(dedup_ids)
+            ]
+            if data and any(x is not None for x in ids):
+                return enqueue_deduplicated(self.conn, self.counters, info, data, ids, hs, ds)
         if not data:
             return []
-        return enqueue(
-            self.conn,
-            self.counters,
-            info,
-            data,
-            [h] * len(data) if h else None,
-            [d] * len(data) if d else None,
-        )
+        return enqueue(self.conn, self.counters, info, data, hs, ds)
+
+    def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
+        """Enqueue messages that each have their own headers, delay and deduplication id (a
+        :class:`PutEntry` each); returns their ids in order. Every entry is checked before
+        anything is written: a bad one names its position and nothing is enqueued."""
+        info = self._queue(queue)
+        entries = list(entries)
+        data: list[bytes] = []
+        heads: list[dict[str, str] | None] = []
+        delays: list[float] = []
+        ids: list[str | None] = []
+        for i, e in enumerate(entries):
+            if not isinstance(e, PutEntry):
+                raise ConfigError(
+                    f"put_batch entry {i} is a {type(e).__name__}, not a PutEntry; build each "
+                    "with PutEntry(payload, headers=..., delay=..., dedup_id=...)"
+                )
+            data.append(to_bytes(e.payload, info, i))
+            heads.append(check_headers(dict(e.headers) if e.headers is not None else None, i))
+            delays.append(delay_seconds(e.delay, f"delay of entry {i}"))
+            ids.append(
+                None
+                if e.dedup_id is None
+                else validate.dedup_id(e.dedup_id, f"dedup_id of entry {i}")
+            )
+        if not data:
+            return []
+        h = heads if any(heads) else None
+        d = delays if any(delays) else None
+        if any(x is not None for x in ids):
+            return enqueue_deduplicated(self.conn, self.counters, info, data, ids, h, d)
+        return enqueue(self.conn, self.counters, info, data, h, d)
 
     # -- consuming ------------------------------------------------------------------------------
 

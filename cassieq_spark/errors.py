@@ -36,6 +36,16 @@ class QueueExistsError(CassieQError):
     """create_queue was asked for a name that is taken (pass exist_ok=True to reuse it)."""
 
 
+class QueueSettingsMismatchError(QueueExistsError):
+    """create_queue with ``exist_ok`` (or the sink's ``createQueue=true``) found the queue with
+    other settings than the ones asked for. ``differences`` maps each differing setting to
+    ``(the queue's value, the asked value)``."""
+
+    def __init__(self, message: str, differences: dict[str, tuple[object, object]]):
+        super().__init__(message)
+        self.differences = differences
+
+
 class PayloadTooLargeError(ConfigError):
     """A payload is larger than the queue's maximum message size."""
 

@@ -52,6 +52,9 @@ MAX_PORT = 65535
 # many messages or receipts per call, and a long poll of at most this many seconds.
 MAX_BATCH = 1000
 MAX_WAIT_SECONDS = 20.0
+# A producer's deduplication id, as SQS's MessageDeduplicationId: 1-128 printable ASCII
+# characters (letters, digits, punctuation; no spaces).
+DEDUP_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def _show(value: object) -> str:
@@ -71,6 +74,16 @@ def queue_name(name: object, what: str = "queue name") -> str:
             "'.', starting with a letter or digit"
         )
     return name
+
+
+def dedup_id(value: object, what: str = "deduplication id") -> str:
+    """A producer's deduplication id: 1-128 printable ASCII characters without spaces."""
+    if not isinstance(value, str) or not DEDUP_ID_RE.fullmatch(value):
+        raise ConfigError(
+            f"{what} must be 1-128 printable ASCII characters (letters, digits, punctuation; no "
+            f"spaces), got {_show(value)}"
+        )
+    return value
 
 
 def keyspace_name(name: object) -> str:

@@ -33,8 +33,10 @@ from .flags import add_connection_flags, options_from_flags
 from .options import (
     CONNECTION_OPTIONS,
     ENV_PREFIX,
+    URL_FORM,
     connection_from_options,
     env_defaults,
+    parse_url,
     read_password_file,
 )
 from .replication import check_cluster, check_replication, replica_data_centers
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_VISIBILITY_SECONDS",
     "QUEUE_NAME_RE",
     "SERIAL_LEVELS",
+    "URL_FORM",
     "ConnectionConfig",
     "add_connection_flags",
     "check_cluster",
@@ -59,6 +62,7 @@ __all__ = [
     "delay_seconds",
     "env_defaults",
     "options_from_flags",
+    "parse_url",
     "read_password_file",
     "repair_timeout_seconds",
     "replica_data_centers",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError, QueueNotFoundError, StaleReceiptError
-from .options import env_defaults
+from .options import env_defaults, parse_url
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -35,6 +35,7 @@ def exit_status(exc: BaseException) -> int:
 
 
 _FLAGS = (
+    ("url", "url"),
     ("contact_points", "contactPoints"),
     ("port", "port"),
     ("keyspace", "keyspace"),
@@ -53,6 +54,12 @@ _FLAGS = (
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     """The connection flags every command line of the project takes (CASSIEQ_* fall-backs)."""
     g = parser.add_argument_group("connection")
+    g.add_argument(
+        "--url",
+        metavar="URL",
+        help="cassieq://[user@]host[,host...][:port]/keyspace: the connection in one value "
+        "(CASSIEQ_URL); the flags below win over its parts",
+    )
     g.add_argument("--contact-points", help="comma-separated hosts (default 127.0.0.1)")
     g.add_argument("--port", help="CQL port (default 9042)")
     g.add_argument("--keyspace", help="keyspace of the queues (default cassieq)")
@@ -82,4 +89,6 @@ def options_from_flags(args: argparse.Namespace) -> dict[str, str]:
     overridden = set(given)
     if overridden & {"password", "passwordFile"}:  # a flag beats either variable
         overridden |= {"password", "passwordFile"}
+    if "url" in given:  # so do the parts of --url: CASSIEQ_KEYSPACE must not replace its keyspace
+        overridden |= set(parse_url(given["url"], "--url"))
     return {**env_defaults(overridden=overridden), **given}

@@ -49,7 +49,65 @@ def _parse_hosts(value: str) -> tuple[list[str], int | None]:
     return hosts, port
 
 
+URL_SCHEME = "cassieq://"
+URL_FORM = "cassieq://[user@]host[,host...][:port]/keyspace"
+
+
+def parse_url(url: str, what: str = "option 'url'") -> dict[str, str]:
+    """A connection URL, ``cassieq://user@host:port/keyspace``, as the connection options it
+    stands for (``contactPoints``, ``port``, ``keyspace``, ``username``; each part but the host
+    optional). A password is never part of it (URLs end up in shell histories and logs): give
+    it with ``passwordFile``/``--password-file`` or ``CASSIEQ_PASSWORD``."""
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"{what} {url!r} is not a connection URL: {why}; the form is {URL_FORM}, e.g. "
+            "cassieq://app@10.0.0.5:9042/queues"
+        )
+
+    if not isinstance(url, str):
+        raise refuse("not text")
+    text = url.strip()
+    if not text.lower().startswith(URL_SCHEME):
+        raise refuse(f"it must start with {URL_SCHEME}")
+    rest = text[len(URL_SCHEME) :]
+    if any(c in rest for c in "?#") or any(c.isspace() for c in rest):
+        raise refuse("no spaces, query ('?') or fragment ('#') are allowed")
+    netloc, slash, path = rest.partition("/")
+    out: dict[str, str] = {}
+    if "@" in netloc:
+        user, _, netloc = netloc.rpartition("@")
+        if ":" in user:
+            raise refuse(
+                "it holds a password; give the password with passwordFile (--password-file) "
+                "or CASSIEQ_PASSWORD instead"
+            )
+        if not user:
+            raise refuse("the user before '@' is empty")
+        out["username"] = user
+    if not netloc:
+        raise refuse("it names no host")
+    hosts = [h.strip() for h in netloc.split(",")]
+    if not all(hosts):
+        raise refuse("a host between commas is empty")
+    last, colon, port = hosts[-1].rpartition(":")
+    if colon:
+        if not (port.isascii() and port.isdigit()):
+            raise refuse(f"the port {port!r} is not a number")
+        hosts[-1] = last
+        out["port"] = str(validate.port(int(port), f"the port of {what}"))
+    if any(":" in h or not h for h in hosts):
+        raise refuse("only the last host may carry the port (host1,host2:9042)")
+    out["contactPoints"] = ",".join(hosts)
+    if slash and path:
+        if "/" in path:
+            raise refuse("the path is one keyspace name")
+        out["keyspace"] = validate.keyspace_name(path)
+    return out
+
+
 CONNECTION_OPTIONS = {
+    "url": "url",
     "contactpoints": "contactPoints",
     "port": "port",
     "keyspace": "keyspace",
@@ -73,10 +131,15 @@ def connection_from_options(
     options: Mapping[str, str], known_only: bool = False
 ) -> ConnectionConfig:
     """Build a ConnectionConfig from Spark-style options (keys case-insensitive, values
-    strings); ``known_only``: any other option name is an error (a typo, e.g. ``consistensy``)."""
+    strings); ``known_only``: any other option name is an error (a typo, e.g. ``consistensy``).
+    Option ``url`` (:func:`parse_url`) stands for the options it holds; one given beside it
+    wins over the URL's part."""
     o = {str(k).lower(): v for k, v in options.items() if v is not None}
     if known_only:
         validate.known_options(o, CONNECTION_OPTIONS, "connection")
+    if "url" in o:
+        parts = {k.lower(): v for k, v in parse_url(o.pop("url")).items()}
+        o = {**parts, **o}
     kw: dict = {}
     if "contactpoints" in o:
         hosts, port = _parse_hosts(o["contactpoints"])
@@ -174,6 +237,7 @@ def env_defaults(
     env = os.environ if environ is None else environ
     skip = set(overridden)
     names = {
+        "URL": "url",
         "CONTACT_POINTS": "contactPoints",
         "PORT": "port",
         "KEYSPACE": "keyspace",

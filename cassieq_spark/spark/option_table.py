@@ -284,6 +284,12 @@ OPTIONS: tuple[Option, ...] = (
         "with a warning",
     ),
     _connection(
+        "url",
+        "`cassieq://[user@]host[,host...][:port]/keyspace`",
+        None,
+        "the connection in one value; options given beside it win over its parts",
+    ),
+    _connection(
         "contactPoints",
         "comma-separated hosts, `host:port` sets the port too",
         ",".join(_CONNECTION.contact_points),

@@ -52,6 +52,8 @@ class CommonOptions:
     create_queue: bool = False
     queue_settings: dict = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict, repr=False)
+    # The queue settings whose options were given: an existing queue must have these values.
+    queue_settings_given: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"queue {self.queue!r} at {self.connection.describe()}"
@@ -95,7 +97,10 @@ def _common(o: dict[str, str], role: str, queue_column: bool = False) -> CommonO
             queues.validate_settings(name=queue, **settings)
         except ConfigError as exc:
             raise ConfigError(f"invalid queue setting for createQueue: {exc}") from None
-    return CommonOptions(connection, queue, create, settings, o)
+    given_settings = tuple(
+        str(setting.queue_setting) for setting in QUEUE_SETTINGS if setting.given(o)
+    )
+    return CommonOptions(connection, queue, create, settings, o, given_settings)
 
 
 def check_any_role(options: Mapping[str, str]) -> None:
@@ -237,14 +242,11 @@ def resolve_queue(conn: Connection, common: CommonOptions, name: str | None = No
     name = name or common.queue
     schema.require_schema(conn)
     if common.create_queue:
-        info = queues.create_queue(conn, name, exist_ok=True, **common.queue_settings)
-        if info.bucket_size != common.queue_settings.get("bucket_size", info.bucket_size):
-            log.warning(
-                "queue %s already exists with bucket size %d; createQueue settings are ignored",
-                name,
-                info.bucket_size,
-            )
-        return info
+        # An existing queue must have every setting whose option was given: one that differs
+        # is QueueSettingsMismatchError naming each, never silently ignored.
+        return queues.create_queue(
+            conn, name, exist_ok=True, compare=common.queue_settings_given, **common.queue_settings
+        )
     try:
         return queues.get_queue(conn, name)
     except QueueNotFoundError:

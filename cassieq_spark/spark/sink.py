@@ -198,6 +198,7 @@ class RoutedTask(RoutedWrite):
             shared_connection(common.connection),
             create=common.create_queue,
             settings=common.queue_settings,
+            compare=common.queue_settings_given,
             known=[plan.queue] if plan.queue else [],
         )
         super().__init__(resolver, lambda q: KeyedWrite(**_keyed(plan, q, key)), partition=key[0])

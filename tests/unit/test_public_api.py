@@ -6,6 +6,7 @@ import cassieq_spark
 
 PUBLIC = {
     "QueueClient",
+    "PutEntry",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",
@@ -21,6 +22,7 @@ PUBLIC = {
     "QueueBusyError",
     "QueueExistsError",
     "QueueNotFoundError",
+    "QueueSettingsMismatchError",
     "SchemaNotBootstrappedError",
     "StaleReceiptError",
 }

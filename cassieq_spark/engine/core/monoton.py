@@ -469,8 +469,13 @@ def _keyed(conn: Connection, queue: QueueInfo, key: str, lo: int, hi: int) -> Re
     return Reservation(lo, hi, owner, key=key, closed=closed and not skipped, skipped=skipped)
 
 
-def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> Reservation:
+def reserve_keyed(
+    conn: Connection, queue: QueueInfo, key: str, count: int, ttl: int | None = None
+) -> Reservation:
     """The block reserved under ``key``: the same one every time the key is asked for again.
+
+    ``ttl``: the key is forgotten after that many seconds (instead of the table's 14 days), so
+    the same key asked for later reserves a new block: a producer's deduplication window.
 
     A replayed Spark task (same query, batch and partition) gets the ids its first attempt
     used; ``closed`` tells it the first attempt finished, so it must write nothing;
@@ -487,8 +492,8 @@ def reserve_keyed(conn: Connection, queue: QueueInfo, key: str, count: int) -> R
     for _ in range(KEY_CLAIM_ATTEMPTS):
         claim = conn.cas(
             "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS",
-            (queue.queue_id, key, res.lo, res.hi),
+            "IF NOT EXISTS" + ("" if ttl is None else " USING TTL ?"),
+            (queue.queue_id, key, res.lo, res.hi, *(() if ttl is None else (ttl,))),
             read="SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?",
             read_params=(queue.queue_id, key),
             applied=lambda row: row is not None and row.lo == res.lo,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from ... import validate
 from ...config import (
@@ -14,7 +16,13 @@ from ...config import (
     validate_queue_name,
     visibility_seconds,
 )
-from ...errors import ConfigError, ContentionError, QueueExistsError, QueueNotFoundError
+from ...errors import (
+    ConfigError,
+    ContentionError,
+    QueueExistsError,
+    QueueNotFoundError,
+    QueueSettingsMismatchError,
+)
 from ..store import faults
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
@@ -28,6 +36,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # (messages.MAX_HEADERS_BYTES) plus the row's other cells stay below both.
 MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
 CREATE_ATTEMPTS = 3  # writes of the queue row that timed out before they ran
+UPDATE_ATTEMPTS = 5  # updates of the settings that lost to a concurrent update
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,17 @@ class QueueSettings:
 
 
 DEFAULT_SETTINGS = QueueSettings()
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(QueueSettings))
+
+# What update_queue may change. The bucket size never changes: it maps every stored id to its
+# partition. The repair timeout stays what the queue's readers and writers agreed on.
+UPDATABLE_SETTINGS: tuple[str, ...] = (
+    "visibility_timeout",
+    "max_delivery_count",
+    "dead_letter_queue",
+    "message_ttl",
+    "max_payload_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -62,12 +82,20 @@ class QueueInfo:
     message_ttl: int | None = None
     max_payload_bytes: int = DEFAULT_SETTINGS.max_payload_bytes
     created_at: dt.datetime | None = None
+    # How many times update_queue changed the settings (0: never), and when it last did.
+    settings_version: int = 0
+    updated_at: dt.datetime | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["queue_id"] = str(self.queue_id)
         d["created_at"] = self.created_at.isoformat() if self.created_at else None
+        d["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         return d
+
+    def settings(self) -> dict[str, Any]:
+        """The queue's settings by name (the fields of :class:`QueueSettings`)."""
+        return {name: getattr(self, name) for name in SETTING_NAMES}
 
     @property
     def ttl(self) -> int:
@@ -124,7 +152,8 @@ def validate_settings(
 
 _SELECT = (
     "SELECT name, queue_id, bucket_size, max_delivery_count, visibility_timeout, repair_timeout, "
-    "dead_letter_queue, message_ttl, max_payload_bytes, created_at FROM {ks}.queues"
+    "dead_letter_queue, message_ttl, max_payload_bytes, created_at, settings_version, updated_at "
+    "FROM {ks}.queues"
 )
 
 
@@ -140,6 +169,29 @@ def _row_to_info(row) -> QueueInfo:
         message_ttl=row.message_ttl,
         max_payload_bytes=row.max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES,
         created_at=row.created_at,
+        settings_version=row.settings_version or 0,
+        updated_at=row.updated_at,
+    )
+
+
+def settings_differences(
+    info: QueueInfo, settings: dict[str, Any], names: Collection[str]
+) -> dict[str, tuple[Any, Any]]:
+    """The settings among ``names`` whose checked value in ``settings`` (as from
+    :func:`validate_settings`) is not the queue's: ``{name: (queue's value, asked value)}``."""
+    have = info.settings()
+    return {
+        n: (have[n], settings[n]) for n in SETTING_NAMES if n in names and have[n] != settings[n]
+    }
+
+
+def _mismatch(name: str, differ: dict[str, tuple[Any, Any]]) -> QueueSettingsMismatchError:
+    listed = ", ".join(f"{k} {have!r} (asked {want!r})" for k, (have, want) in differ.items())
+    return QueueSettingsMismatchError(
+        f"queue {name!r} already exists with other settings: {listed}; use another name, leave "
+        "those settings out to use the queue as it is, change them with update_queue "
+        f"(cassieq update-queue {name}), or delete and create it again",
+        differ,
     )
 
 
@@ -169,17 +221,36 @@ def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
         current = info.dead_letter_queue
 
 
-def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **settings) -> QueueInfo:
+def create_queue(
+    conn: Connection,
+    name: str,
+    *,
+    exist_ok: bool = False,
+    compare: Collection[str] | None = None,
+    **settings,
+) -> QueueInfo:
+    """Create queue ``name`` with ``settings`` (the fields of :class:`QueueSettings`).
+
+    ``exist_ok``: an existing queue is returned, provided the settings named in ``compare``
+    (None: all of them) are its own; a setting that differs raises
+    :class:`QueueSettingsMismatchError` naming each one. Callers compare what their user asked
+    for explicitly, so a setting left out never refuses a queue made with another value."""
     validate_queue_name(name)
     s = validate_settings(name=name, **settings)
+    names = SETTING_NAMES if compare is None else compare
     if exist_ok:
         # An existing queue is used as it is: one read, no compare-and-set, no rows written
         # for an incarnation that would lose it (a sink with createQueue=true asks for its
         # queue on every micro-batch and routed task).
         try:
-            return get_queue(conn, name)
+            info = get_queue(conn, name)
         except QueueNotFoundError:
             pass
+        else:
+            differ = settings_differences(info, s, names)
+            if differ:
+                raise _mismatch(name, differ)
+            return info
     if s["dead_letter_queue"]:
         # A dead-letter queue that does not exist would fail the first message that needs it;
         # the delete of a referenced queue is caught at dead-letter time.
@@ -232,7 +303,11 @@ def create_queue(conn: Connection, name: str, *, exist_ok: bool = False, **setti
         for table in ("pointers", "monoton"):
             conn.execute_async(f"DELETE FROM {{ks}}.{table} WHERE queue_id = ?", (qid,))
         if exist_ok:
-            return get_queue(conn, name)
+            info = get_queue(conn, name)
+            differ = settings_differences(info, s, names)
+            if differ:
+                raise _mismatch(name, differ)
+            return info
         raise QueueExistsError(
             f"queue {name!r} already exists; pass exist_ok=True to use it as it is"
         )
@@ -253,6 +328,101 @@ def get_queue(conn: Connection, name: str) -> QueueInfo:
             f"queue {name!r} does not exist; create it first (cassieq create-queue {name})"
         )
     return _row_to_info(row)
+
+
+class Unset:
+    """The value of a setting argument that was not given: ``update_queue`` keeps the queue's
+    setting, ``create_queue`` uses the default and does not compare it with an existing
+    queue's."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = Unset()
+
+
+def _updated_to(queue_id: uuid.UUID, version: int) -> Callable[[Any], bool]:
+    """The settle predicate of an update: the row is this incarnation at ``version``."""
+    return lambda row: (
+        row is not None and row.queue_id == queue_id and row.settings_version == version
+    )
+
+
+def update_queue(conn: Connection, name: str, **changes: Any) -> QueueInfo:
+    """Change settings of queue ``name`` (any of :data:`UPDATABLE_SETTINGS`; a value of
+    :data:`UNSET` keeps the queue's) and return the queue as updated.
+
+    Safe while producers and consumers run: the settings are one row, and each writer and
+    reader reads them (a client keeps them up to ``QUEUE_CACHE_SECONDS``) for each operation,
+    so a change applies from each party's next read of the row on. What that means for
+    messages already stored: a new visibility timeout applies from their next delivery (one
+    in flight keeps the deadline it got); a new delivery limit or dead-letter queue is checked
+    at their next delivery; a new message TTL and payload limit apply to messages put after
+    the change (a stored row keeps the TTL it was written with).
+
+    The update is a compare-and-set on the row's ``settings_version``: one that read settings
+    another update changed since (a dead-letter chain checked against them) reads and checks
+    again, and one that finds the queue deleted or re-created (another ``queue_id``) fails."""
+    unknown = sorted(set(changes) - set(UPDATABLE_SETTINGS))
+    if unknown:
+        fixed = [u for u in unknown if u in SETTING_NAMES]
+        raise ConfigError(
+            f"update_queue cannot change {', '.join(unknown)}: "
+            + (
+                f"{', '.join(fixed)} is fixed when the queue is created; "
+                if fixed
+                else "no such setting; "
+            )
+            + f"it can change {', '.join(UPDATABLE_SETTINGS)}"
+        )
+    wanted = {k: v for k, v in changes.items() if v is not UNSET}
+    if not wanted:
+        raise ConfigError(
+            f"update_queue of queue {name!r} was given no setting to change; give one or more "
+            f"of {', '.join(UPDATABLE_SETTINGS)}"
+        )
+    for _attempt in range(UPDATE_ATTEMPTS):
+        info = get_queue(conn, name)
+        merged = {**info.settings(), **wanted}
+        s = validate_settings(name=name, **merged)
+        if s["dead_letter_queue"] and s["dead_letter_queue"] != info.dead_letter_queue:
+            _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
+        version = info.settings_version + 1
+        res = conn.cas(
+            "UPDATE {ks}.queues SET max_delivery_count = ?, visibility_timeout = ?, "
+            "dead_letter_queue = ?, message_ttl = ?, max_payload_bytes = ?, "
+            "settings_version = ?, updated_at = toTimestamp(now()) "
+            "WHERE name = ? IF queue_id = ? AND settings_version = ?",
+            (
+                s["max_delivery_count"],
+                s["visibility_timeout"],
+                s["dead_letter_queue"],
+                s["message_ttl"],
+                s["max_payload_bytes"],
+                version,
+                name,
+                info.queue_id,
+                info.settings_version or None,
+            ),
+            read="SELECT queue_id, settings_version FROM {ks}.queues WHERE name = ?",
+            read_params=(name,),
+            applied=_updated_to(info.queue_id, version),
+        )
+        row = res.one()
+        if res.was_applied:
+            log.info("queue %s: settings %s changed (version %d)", name, sorted(wanted), version)
+            return get_queue(conn, name)
+        if row is None or getattr(row, "queue_id", None) != info.queue_id:
+            raise QueueNotFoundError(
+                f"queue {name!r} was deleted or re-created while its settings were being "
+                "changed; nothing was changed: check the queue and update it again"
+            )
+        # Another update changed the settings since we read them: read and check again.
+    raise ContentionError(
+        f"could not update queue {name!r}: its settings kept changing under "
+        f"{UPDATE_ATTEMPTS} concurrent updates; retry update_queue"
+    )
 
 
 def list_queues(conn: Connection) -> list[QueueInfo]:

@@ -37,7 +37,9 @@ class RoutedReport(WriteReport):
 
 class QueueResolver:
     """Queue names to :class:`QueueInfo`, looked up once per writer; missing queues are created
-    with ``settings`` when ``create`` is set, otherwise they fail with ``QueueNotFoundError``."""
+    with ``settings`` when ``create`` is set, otherwise they fail with ``QueueNotFoundError``.
+    An existing queue whose settings named in ``compare`` differ from ``settings`` fails with
+    ``QueueSettingsMismatchError`` (None: compare none of them)."""
 
     def __init__(
         self,
@@ -46,8 +48,10 @@ class QueueResolver:
         create: bool = False,
         settings: dict | None = None,
         known: Iterable[QueueInfo] = (),
+        compare: Iterable[str] | None = None,
     ):
         self.conn = conn
+        self.compare = tuple(compare or ())
         self.create = create
         self.settings = dict(settings or {})
         self.infos: dict[str, QueueInfo] = {q.name: q for q in known}
@@ -58,9 +62,11 @@ class QueueResolver:
             return info
         if self.create:
             settings = dict(self.settings)
+            compare = self.compare
             if settings.get("dead_letter_queue") == name:
                 settings["dead_letter_queue"] = None  # the default queue's DLQ, not its own
-            info = queues.create_queue(self.conn, name, exist_ok=True, **settings)
+                compare = tuple(c for c in compare if c != "dead_letter_queue")
+            info = queues.create_queue(self.conn, name, exist_ok=True, compare=compare, **settings)
             log.info("routed write: queue %r ready (createQueue=true)", name)
         else:
             try:

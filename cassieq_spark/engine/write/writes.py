@@ -138,12 +138,17 @@ def _record_content(conn: Connection, queue: QueueInfo, key: str, fp: int, count
 
 
 def _take(
-    conn: Connection, queue: QueueInfo, key: str, rows: Rows, check_content: bool
+    conn: Connection,
+    queue: QueueInfo,
+    key: str,
+    rows: Rows,
+    check_content: bool,
+    key_ttl: int | None = None,
 ) -> tuple[Taken, monoton.Reservation]:
     n = len(rows)
     fp = rows.fingerprint() if check_content else None
     for _ in range(MAX_HOPS):
-        res = monoton.reserve_keyed(conn, queue, key, n)
+        res = monoton.reserve_keyed(conn, queue, key, n, ttl=key_ttl)
         if res.reserved_at:
             if fp is not None:
                 _record_content(conn, queue, key, fp, n)
@@ -202,6 +207,7 @@ def place(
     pipeline: Pipeline | None = None,
     check_content: bool = True,
     rewrite_mismatch: bool = False,
+    key_ttl: int | None = None,
 ) -> Placed:
     """Write ``rows`` into the block ``key`` names (a new one without a key), unless an earlier
     attempt wrote them already; accumulates into ``placed``. Its blocks must be settled
@@ -211,6 +217,7 @@ def place(
     With ``check_content``, a key is honoured only for the rows first written under it;
     other rows raise :class:`ReplayMismatchError`, or with ``rewrite_mismatch`` are written
     under a key of their own (so an earlier attempt's rows may then be enqueued twice).
+    ``key_ttl``: the keys are forgotten after that many seconds (a deduplication window).
     """
     placed = Placed() if placed is None else placed
     offsets = list(range(len(rows)))  # which of the caller's rows ``rows`` holds now
@@ -220,7 +227,7 @@ def place(
             kind, res = Taken.OWN, monoton.reserve(conn, queue, len(rows))
         else:
             try:
-                kind, res = _take(conn, queue, key, rows, check_content)
+                kind, res = _take(conn, queue, key, rows, check_content, key_ttl)
             except ReplayMismatchError:
                 if not (check_content and rewrite_mismatch):
                     raise
