@@ -3,6 +3,7 @@ structured-streaming source and sink."""
 
 from __future__ import annotations
 
+from .async_client import AsyncQueueClient
 from .client import QueueClient
 from .config import ConnectionConfig
 from .engine.consume.batch_ack import ReceiptResult
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "QueueClient",
+    "AsyncQueueClient",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",

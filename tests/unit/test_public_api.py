@@ -6,6 +6,7 @@ import cassieq_spark
 
 PUBLIC = {
     "QueueClient",
+    "AsyncQueueClient",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",
