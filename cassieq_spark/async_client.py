@@ -13,7 +13,8 @@ async def main():
 Every method is the synchronous client's method of the same name and arguments, run by
 :func:`cassieq_spark.async_bridge.run`: the same validation, caching and protocol, its round
 trips sent with the driver's ``execute_async`` and awaited on the event loop (no thread per
-call), long polls waiting with ``asyncio.sleep``. Many calls may run at once on one loop.
+call), long polls waiting with ``asyncio.sleep``. Many calls may run at once on one loop, each on a
+client of its own from a pool on one connection (:meth:`QueueClient.sibling`).
 ``connect``, ``close`` and ``bootstrap`` run on a worker thread (connecting and schema changes
 have no asynchronous form in the driver; they are rare).
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import async_bridge
@@ -44,6 +45,9 @@ class AsyncQueueClient:
 
     def __init__(self, client: QueueClient):
         self.sync = client
+        # Concurrent calls each take a client of their own (one connection under all of them):
+        # a client's consumer caches are not meant for two operations at once.
+        self._free: list[QueueClient] = [client]
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -92,8 +96,12 @@ class AsyncQueueClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await async_bridge.run(fn, *args, **kwargs)
+    async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        client = self._free.pop() if self._free else self.sync.sibling()
+        try:
+            return await async_bridge.run(getattr(client, method), *args, **kwargs)
+        finally:
+            self._free.append(client)
 
     # -- schema and queues ----------------------------------------------------------------------
 
@@ -131,7 +139,7 @@ class AsyncQueueClient:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> QueueInfo:
         return await self._run(
-            self.sync.create_queue,
+            "create_queue",
             name,
             bucket_size=bucket_size,
             max_delivery_count=max_delivery_count,
@@ -144,13 +152,13 @@ class AsyncQueueClient:
         )
 
     async def get_queue(self, name: str) -> QueueInfo:
-        return await self._run(self.sync.get_queue, name)
+        return await self._run("get_queue", name)
 
     async def list_queues(self) -> list[QueueInfo]:
-        return await self._run(self.sync.list_queues)
+        return await self._run("list_queues")
 
     async def delete_queue(self, name: str) -> None:
-        await self._run(self.sync.delete_queue, name)
+        await self._run("delete_queue", name)
 
     # -- producing ------------------------------------------------------------------------------
 
@@ -161,7 +169,7 @@ class AsyncQueueClient:
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
     ) -> int:
-        return await self._run(self.sync.put, queue, payload, delay=delay, headers=headers)
+        return await self._run("put", queue, payload, delay=delay, headers=headers)
 
     async def put_many(
         self,
@@ -170,12 +178,12 @@ class AsyncQueueClient:
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
     ) -> list[int]:
-        return await self._run(self.sync.put_many, queue, payloads, delay=delay, headers=headers)
+        return await self._run("put_many", queue, payloads, delay=delay, headers=headers)
 
     # -- consuming ------------------------------------------------------------------------------
 
     async def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
-        return await self._run(self.sync.get, queue, visibility_timeout=visibility_timeout)
+        return await self._run("get", queue, visibility_timeout=visibility_timeout)
 
     async def get_many(
         self,
@@ -186,7 +194,7 @@ class AsyncQueueClient:
     ) -> list[Message]:
         """:meth:`QueueClient.get_many`; a long poll (``wait_seconds``) leaves the loop free."""
         return await self._run(
-            self.sync.get_many,
+            "get_many",
             queue,
             max_messages=max_messages,
             visibility_timeout=visibility_timeout,
@@ -194,25 +202,23 @@ class AsyncQueueClient:
         )
 
     async def ack(self, queue: str, pop_receipt: str) -> bool:
-        return await self._run(self.sync.ack, queue, pop_receipt)
+        return await self._run("ack", queue, pop_receipt)
 
     async def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
-        return await self._run(self.sync.ack_many, queue, pop_receipts)
+        return await self._run("ack_many", queue, pop_receipts)
 
     async def change_visibility(
         self, queue: str, pop_receipt: str, timeout: float, payload: bytes | str | None = None
     ) -> str:
-        return await self._run(
-            self.sync.change_visibility, queue, pop_receipt, timeout, payload=payload
-        )
+        return await self._run("change_visibility", queue, pop_receipt, timeout, payload=payload)
 
     async def change_visibility_many(
         self, queue: str, entries: Iterable[tuple[str, float]]
     ) -> list[ReceiptResult]:
-        return await self._run(self.sync.change_visibility_many, queue, entries)
+        return await self._run("change_visibility_many", queue, entries)
 
     async def give_back(self, queue: str, messages: Iterable[Message]) -> int:
-        return await self._run(self.sync.give_back, queue, messages)
+        return await self._run("give_back", queue, messages)
 
     def consume(
         self,
@@ -239,7 +245,7 @@ class AsyncQueueClient:
         visibility_timeout: float = 300.0,
     ) -> MoveReport:
         return await self._run(
-            self.sync.redrive,
+            "redrive",
             dead_letter_queue,
             to,
             max_messages=max_messages,
@@ -254,7 +260,7 @@ class AsyncQueueClient:
         visibility_timeout: float = 300.0,
     ) -> MoveReport:
         return await self._run(
-            self.sync.move,
+            "move",
             queue,
             to,
             max_messages=max_messages,
@@ -262,19 +268,17 @@ class AsyncQueueClient:
         )
 
     async def purge(self, queue: str) -> PurgeReport:
-        return await self._run(self.sync.purge, queue)
+        return await self._run("purge", queue)
 
     # -- looking ------------------------------------------------------------------------------
 
     async def peek(self, queue: str, limit: int = 10) -> list[Message]:
-        return await self._run(self.sync.peek, queue, limit=limit)
+        return await self._run("peek", queue, limit=limit)
 
     async def stats(self, queue: str) -> dict:
-        return await self._run(self.sync.stats, queue)
+        return await self._run("stats", queue)
 
     async def repair(
         self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
     ) -> RepairReport:
-        return await self._run(
-            self.sync.repair, queue, repair_timeout=repair_timeout, dry_run=dry_run
-        )
+        return await self._run("repair", queue, repair_timeout=repair_timeout, dry_run=dry_run)

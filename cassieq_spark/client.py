@@ -133,6 +133,12 @@ class QueueClient:
         any other name is an error (a typo would otherwise be ignored)."""
         return cls(connection_from_options(options, known_only=True))
 
+    def sibling(self) -> QueueClient:
+        """Another client on this one's connection, with consumer caches of its own: what a
+        second thread (or concurrent operation) uses, since a client's consumer caches are not
+        meant for two at once. Closing it leaves the connection open."""
+        return QueueClient(self.config, self.conn)
+
     def close(self) -> None:
         if self._own:
             self.conn.shutdown()

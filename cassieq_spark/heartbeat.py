@@ -5,7 +5,8 @@ message it holds (one ``change_visibility_many`` for all of them), and writes ea
 back into its :class:`~cassieq_spark.engine.core.messages.Message`. Invariant: a held message's
 ``pop_receipt`` is only read or changed under :attr:`Heartbeat.lock`, so an ack or a release
 (:meth:`Heartbeat.drop` first, then the call with the receipt it returns) never races a renewal
-that would make its receipt stale. A message whose renewal comes back ``stale`` (its timeout
+that would make its receipt stale. Messages are held by identity, not id: one message
+delivered again (its timeout ran out) is another delivery with its own receipt. A message whose renewal comes back ``stale`` (its timeout
 ran out before the renewal, another consumer may have it) is dropped and reported by
 :meth:`Heartbeat.lost`.
 """
@@ -33,7 +34,7 @@ class Heartbeat:
     """A daemon thread renewing the visibility of the messages it holds (see the module)."""
 
     def __init__(self, client: QueueClient, queue: str, visibility_timeout: float):
-        self.client = client
+        self.client = client.sibling()  # its own consumer caches: it runs on its own thread
         self.queue = queue
         self.visibility_timeout = visibility_timeout
         self.interval = max(0.05, visibility_timeout / RENEWALS_PER_TIMEOUT)
@@ -47,21 +48,21 @@ class Heartbeat:
     def hold(self, messages: list[Message]) -> None:
         with self.lock:
             for m in messages:
-                self._held[m.id] = m
+                self._held[id(m)] = m
 
     def drop(self, message: Message) -> str | None:
         """Stop renewing ``message``; its current receipt (None if its renewal found it stale:
         its visibility timeout had ended)."""
         with self.lock:
-            self._held.pop(message.id, None)
-            if message.id in self._lost:
-                self._lost.discard(message.id)
+            self._held.pop(id(message), None)
+            if id(message) in self._lost:
+                self._lost.discard(id(message))
                 return None
             return message.pop_receipt
 
     def lost(self, message: Message) -> bool:
         with self.lock:
-            return message.id in self._lost
+            return id(message) in self._lost
 
     def held(self) -> list[Message]:
         with self.lock:
@@ -97,8 +98,8 @@ class Heartbeat:
                         self.queue,
                         r.status,
                     )
-                    self._held.pop(m.id, None)
-                    self._lost.add(m.id)
+                    self._held.pop(id(m), None)
+                    self._lost.add(id(m))
 
 
 class AsyncHeartbeat:
@@ -117,13 +118,13 @@ class AsyncHeartbeat:
 
     def hold(self, messages: list[Message]) -> None:
         for m in messages:
-            self._held[m.id] = m
+            self._held[id(m)] = m
 
     async def drop(self, message: Message) -> str | None:
         async with self.lock:
-            self._held.pop(message.id, None)
-            if message.id in self._lost:
-                self._lost.discard(message.id)
+            self._held.pop(id(message), None)
+            if id(message) in self._lost:
+                self._lost.discard(id(message))
                 return None
             return message.pop_receipt
 
@@ -161,5 +162,5 @@ class AsyncHeartbeat:
                         self.queue,
                         r.status,
                     )
-                    self._held.pop(m.id, None)
-                    self._lost.add(m.id)
+                    self._held.pop(id(m), None)
+                    self._lost.add(id(m))

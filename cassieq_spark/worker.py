@@ -188,6 +188,8 @@ class Worker:
         self._idle = threading.Condition(self._lock)
         self.metrics = _Counting(self.report, metrics, threading.Lock())
         self._stop = threading.Event()
+        # By delivery (the Message object), not message id: a message whose timeout ran out
+        # may be delivered to this worker again while its first handler still runs.
         self._state: dict[int, str] = {}
         self._held: dict[int, Message] = {}
         self._acks: list[tuple[Message, str, float]] = []
@@ -256,20 +258,21 @@ class Worker:
                 self._hb.hold(msgs)
             with self._lock:
                 for m in msgs:
-                    self._state[m.id] = _RUNNING
-                    self._held[m.id] = m
+                    self._state[id(m)] = _RUNNING
+                    self._held[id(m)] = m
             for m in msgs:
                 self._work.put(m)
 
     # -- handling -------------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        client = self.client.sibling()  # consumer caches of this thread's own
         while True:
             m = self._work.get()
             if m is None:
                 return
             try:
-                self._handle(m)
+                self._handle(client, m)
             except Exception:  # a failed ack or release: the visibility timeout redelivers it
                 log.warning("worker on queue %r: message %d", self.queue, m.id, exc_info=True)
                 self._done(m)
@@ -278,25 +281,25 @@ class Worker:
         """The message's current receipt, taken from the heartbeat (None: stale, or released
         at shutdown)."""
         with self._lock:
-            if self._state.get(m.id) != _RUNNING:
+            if self._state.get(id(m)) != _RUNNING:
                 return None
         return self._hb.drop(m) if self._hb is not None else m.pop_receipt
 
     def _done(self, m: Message) -> None:
         with self._lock:
-            self._state.pop(m.id, None)
-            self._held.pop(m.id, None)
+            self._state.pop(id(m), None)
+            self._held.pop(id(m), None)
             self._idle.notify_all()
 
-    def _handle(self, m: Message) -> None:
+    def _handle(self, client: QueueClient, m: Message) -> None:
         started = time.monotonic()
         try:
             self.handler(m)
         except Exception as exc:
-            self._failed(m, exc)
+            self._failed(client, m, exc)
             return
         with self._lock:
-            released = self._state.get(m.id) != _RUNNING
+            released = self._state.get(id(m)) != _RUNNING
         if released:
             return
         receipt = self._receipt(m)
@@ -306,11 +309,11 @@ class Worker:
             return
         with self._lock:
             self._acks.append((m, receipt, started))
-        self._flush_acks()
+        self._flush_acks(client)
 
-    def _failed(self, m: Message, exc: Exception) -> None:
+    def _failed(self, client: QueueClient, m: Message, exc: Exception) -> None:
         with self._lock:
-            if self._state.get(m.id) != _RUNNING:
+            if self._state.get(id(m)) != _RUNNING:
                 return  # released at shutdown meanwhile
         receipt = self._receipt(m)
         if receipt is None:
@@ -320,7 +323,7 @@ class Worker:
         last = m.delivery_count >= self._max_deliveries
         delay = 0.0 if last else self.backoff.delay(m.delivery_count)
         try:
-            self.client.change_visibility(self.queue, receipt, delay)
+            client.change_visibility(self.queue, receipt, delay)
         except StaleReceiptError:
             self.metrics.on_stale(m)
         else:
@@ -331,13 +334,13 @@ class Worker:
         finally:
             self._done(m)
 
-    def _flush_acks(self) -> None:
+    def _flush_acks(self, client: QueueClient) -> None:
         with self._lock:
             taken, self._acks = self._acks, []
         if not taken:
             return
         try:
-            results = self.client.ack_many(self.queue, [r for _, r, _ in taken])
+            results = client.ack_many(self.queue, [r for _, r, _ in taken])
             now = time.monotonic()
             for (m, _, started), res in zip(taken, results, strict=True):
                 if res.ok:
@@ -355,9 +358,9 @@ class Worker:
         with self._lock:
             while self._state and time.monotonic() < deadline:
                 self._idle.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-            left = [m for m in self._held.values() if self._state.get(m.id) == _RUNNING]
+            left = [m for m in self._held.values() if self._state.get(id(m)) == _RUNNING]
             for m in left:
-                self._state[m.id] = _RELEASED
+                self._state[id(m)] = _RELEASED
         entries = []
         for m in left:
             receipt = self._hb.drop(m) if self._hb is not None else m.pop_receipt
@@ -372,8 +375,8 @@ class Worker:
                     self.metrics.on_stale(m)
         with self._lock:
             for m in left:
-                self._state.pop(m.id, None)
-                self._held.pop(m.id, None)
+                self._state.pop(id(m), None)
+                self._held.pop(id(m), None)
 
     def _install_signals(self) -> Callable[[], None]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():

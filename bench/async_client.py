@@ -1,0 +1,155 @@
+"""Suite async_client: ``get_many`` + ``ack_many`` throughput of the asyncio client against the
+synchronous one, at the same concurrency in one process.
+
+Each repeat fills two fresh queues with the same number of 100-byte messages (untimed) and
+drains one with :class:`~cassieq_spark.QueueClient` on ``TASKS`` threads (each thread a client
+of its own on one connection, as the service does), the other with
+:class:`~cassieq_spark.AsyncQueueClient` on ``TASKS`` tasks of one event loop (one thread); the
+two alternate, so a drift in the machine's load hits both alike. Every consumer loops
+``get_many(10)`` then ``ack_many`` of what it got until all are acked. Before a figure is
+reported the work is counted: every id delivered, every ack ``ok`` exactly once, the queue's
+stats at zero backlog and zero in flight. The figure is messages acked per second, wall clock
+from the first receive to the last ack; the ratio is async / sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+
+from .common import BenchConfig, client, payloads, summarize, unique_queue
+
+log = logging.getLogger("bench.async_client")
+
+TASKS = 50
+BATCH = 10
+MESSAGES_QUICK = 3000
+MESSAGES_FULL = 20_000
+DEADLINE = 300.0  # seconds per drain, a stuck run fails instead of hanging
+
+
+def _fill(c, queue: str, n: int, salt: int) -> list[int]:
+    c.create_queue(queue)
+    ids: list[int] = []
+    data = payloads(n, 100, salt)
+    for i in range(0, n, 5000):
+        ids += c.put_many(queue, data[i : i + 5000])
+    return ids
+
+
+def _check(c, queue: str, ids: list[int], acks: collections.Counter, delivered: set) -> None:
+    if set(delivered) != set(ids):
+        raise RuntimeError(f"{queue}: {len(set(ids) - delivered)} of {len(ids)} never delivered")
+    if set(acks) != set(ids) or max(acks.values()) != 1:
+        raise RuntimeError(f"{queue}: acked {sum(acks.values())} for {len(ids)} ids")
+    s = c.stats(queue)
+    if s["backlog"] or s["in_flight"] or s["acked"] != len(ids):
+        raise RuntimeError(f"{queue}: stats after the drain {s}")
+
+
+def drain_sync(c, queue: str, n: int) -> tuple[float, collections.Counter, set]:
+    acks: collections.Counter = collections.Counter()
+    delivered: set[int] = set()
+    lock = threading.Lock()
+    start = threading.Barrier(TASKS + 1)
+
+    def consume() -> None:
+        own = c.sibling()
+        start.wait()
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            with lock:
+                if sum(acks.values()) >= n:
+                    return
+            got = own.get_many(queue, BATCH)
+            if not got:
+                time.sleep(0.01)
+                continue
+            res = own.ack_many(queue, [m.pop_receipt for m in got])
+            with lock:
+                delivered.update(m.id for m in got)
+                acks.update(m.id for m, r in zip(got, res, strict=True) if r.ok)
+
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(TASKS)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, acks, delivered
+
+
+async def drain_async(ac, queue: str, n: int) -> tuple[float, collections.Counter, set]:
+    acks: collections.Counter = collections.Counter()
+    delivered: set[int] = set()
+    acked = 0
+
+    async def consume() -> None:
+        nonlocal acked
+        deadline = time.monotonic() + DEADLINE
+        while acked < n and time.monotonic() < deadline:
+            got = await ac.get_many(queue, BATCH)
+            if not got:
+                await asyncio.sleep(0.01)
+                continue
+            res = await ac.ack_many(queue, [m.pop_receipt for m in got])
+            delivered.update(m.id for m in got)
+            for m, r in zip(got, res, strict=True):
+                if r.ok:
+                    acks[m.id] += 1
+                    acked += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(consume() for _ in range(TASKS)))
+    return time.perf_counter() - t0, acks, delivered
+
+
+def run(cfg: BenchConfig) -> dict:
+    from cassieq_spark import AsyncQueueClient, QueueClient
+
+    n = MESSAGES_QUICK if cfg.quick else MESSAGES_FULL
+    sync_rates: list[float] = []
+    async_rates: list[float] = []
+    loop = asyncio.new_event_loop()
+    try:
+        with client(cfg) as c:
+            ac = AsyncQueueClient(QueueClient.from_options(cfg.options()))
+            # Warm-up, untimed: statements prepared on both connections.
+            warm = unique_queue("sync-warm")
+            drain_sync(c, warm, len(_fill(c, warm, TASKS * BATCH, salt=0)))
+            warm = unique_queue("async-warm")
+            loop.run_until_complete(drain_async(ac, warm, len(_fill(c, warm, TASKS * BATCH, 0))))
+            for rep in range(cfg.repeats):
+                q = unique_queue("sync")
+                ids = _fill(c, q, n, salt=rep)
+                secs, acks, delivered = drain_sync(c, q, n)
+                _check(c, q, ids, acks, delivered)
+                sync_rates.append(n / secs)
+                q = unique_queue("async")
+                ids = _fill(c, q, n, salt=rep)
+                secs, acks, delivered = loop.run_until_complete(drain_async(ac, q, n))
+                _check(c, q, ids, acks, delivered)
+                async_rates.append(n / secs)
+                log.info(
+                    "async_client rep %d: sync %.0f/s, async %.0f/s",
+                    rep,
+                    sync_rates[-1],
+                    async_rates[-1],
+                )
+            loop.run_until_complete(ac.close())
+    finally:
+        loop.close()
+    s, a = summarize(sync_rates), summarize(async_rates)
+    return {
+        "messages": n,
+        "tasks": TASKS,
+        "batch": BATCH,
+        "sync_rate": s,
+        "async_rate": a,
+        "ratio_async_vs_sync": a["median"] / s["median"],
+        "ratios_by_repeat": [round(x / y, 3) for x, y in zip(async_rates, sync_rates, strict=True)],
+    }
