@@ -1,6 +1,7 @@
 """One contract, two clients: every test here runs against :class:`QueueClient` and against
 :class:`AsyncQueueClient` (its coroutines run on an event loop thread, ``support.async_runner``),
-on the real Cassandra. Plus what only the asynchronous client promises: a long poll leaves the
+on the real Cassandra (the compare-and-set paths also with every reply lost: ``fault_mode``,
+settled by reading back through the asynchronous path too). Plus what only the asynchronous client promises: a long poll leaves the
 event loop free, and concurrent calls start no thread."""
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def client(request, queue_client, async_client, loop_thread):
     return SyncFacade(async_client, loop_thread)
 
 
+@pytest.mark.usefixtures("fault_mode")
 def test_put_get_ack(client, queue_name):
     client.create_queue(queue_name)
     mid = client.put(queue_name, "hello", headers={"k": "v"})
@@ -72,6 +74,7 @@ def test_a_message_not_acked_comes_back_after_its_visibility_timeout(client, que
     assert client.ack(queue_name, again[0].pop_receipt)
 
 
+@pytest.mark.usefixtures("fault_mode")
 def test_change_visibility_hides_releases_and_replaces_the_payload(client, queue_name):
     client.create_queue(queue_name)
     client.put(queue_name, "a")
@@ -85,6 +88,7 @@ def test_change_visibility_hides_releases_and_replaces_the_payload(client, queue
     assert client.ack_many(queue_name, [results[0].new_receipt])[0].ok
 
 
+@pytest.mark.usefixtures("fault_mode")
 def test_get_many_and_ack_many_in_order_with_per_receipt_results(client, queue_name):
     client.create_queue(queue_name)
     ids = client.put_many(queue_name, [f"m{i}" for i in range(25)])
@@ -192,9 +196,12 @@ def test_a_2_second_long_poll_leaves_the_event_loop_free(async_client, queue_nam
 
     ticks, took = loop_thread.run(scenario())
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    # Time the ticker was kept from running beyond its own 10 ms: a poll that blocked the loop
+    # would keep it out for about the whole 2 s (its pauses are 0.05 s doubling to 0.5 s).
+    blocked = sum(g - 0.01 for g in gaps if g > 0.1)
     assert took >= 2.0
     assert len(ticks) >= 50, len(ticks)
-    assert max(gaps) < 0.5, f"the loop was blocked for {max(gaps):.2f} s"
+    assert blocked < 1.0, f"the loop was blocked for {blocked:.2f} s of {took:.2f} s"
 
 
 def test_fifty_concurrent_calls_start_no_thread(
