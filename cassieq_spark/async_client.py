@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import async_bridge
+from .async_worker import AsyncWorker
 from .client import QueueClient
 from .consume_loop import AsyncConsumeLoop
 from .engine.consume.batch_ack import ReceiptResult
@@ -35,8 +36,7 @@ from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SETTINGS, Que
 from .engine.upkeep.moves import MoveReport
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.repair import RepairReport
-
-T = TypeVar("T")
+from .worker import WorkerReport
 
 
 class AsyncQueueClient:
@@ -234,6 +234,14 @@ class AsyncQueueClient:
         return AsyncConsumeLoop(
             self, queue, batch, wait, visibility_timeout, heartbeat, stop_when_empty
         )
+
+    async def worker(
+        self, queue: str, handler: Callable[[Message], Awaitable[object]], **options: Any
+    ) -> WorkerReport:
+        """Run the coroutine ``handler`` on the messages of ``queue`` until stopped (SIGTERM,
+        SIGINT) or, with ``stop_when_empty=True``, until the queue is empty; options and
+        guarantees: :class:`cassieq_spark.async_worker.AsyncWorker`."""
+        return await AsyncWorker(self, queue, handler, **options).run()
 
     # -- moving between queues -----------------------------------------------------------------
 

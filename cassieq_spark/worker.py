@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Backoff", "Worker", "WorkerMetrics", "WorkerReport"]
+__all__ = ["Backoff", "CountingMetrics", "Worker", "WorkerMetrics", "WorkerReport"]
 
 POLL_SLICE = 1.0  # seconds: the longest receive wait, so a stop is seen within about this
 
@@ -106,7 +106,10 @@ class WorkerReport:
     latencies: list[float] = field(default_factory=list, repr=False)
 
 
-class _Counting(WorkerMetrics):
+class CountingMetrics(WorkerMetrics):
+    """Counts into a :class:`WorkerReport`, then calls the user's hooks (one that raises is
+    logged, never fails the worker)."""
+
     def __init__(self, report: WorkerReport, user: WorkerMetrics | None, lock: threading.Lock):
         self.report, self.user, self.lock = report, user, lock
 
@@ -186,7 +189,7 @@ class Worker:
         self.report = WorkerReport()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self.metrics = _Counting(self.report, metrics, threading.Lock())
+        self.metrics = CountingMetrics(self.report, metrics, threading.Lock())
         self._stop = threading.Event()
         # By delivery (the Message object), not message id: a message whose timeout ran out
         # may be delivered to this worker again while its first handler still runs.

@@ -244,7 +244,7 @@ def test_both_clients_offer_the_same_methods_with_the_same_parameters():
     import inspect
 
     for name, fn in inspect.getmembers(QueueClient, inspect.isfunction):
-        if name.startswith("_") or name in ("close", "worker", "sibling"):
+        if name.startswith("_") or name in ("close", "sibling"):
             continue
         twin = getattr(AsyncQueueClient, name, None)
         assert twin is not None, f"AsyncQueueClient has no {name}"
