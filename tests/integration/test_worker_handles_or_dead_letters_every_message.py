@@ -163,7 +163,7 @@ def test_a_handler_past_the_visibility_timeout_keeps_its_message_only_with_the_h
 
 
 def test_sigterm_releases_the_messages_in_hand_long_before_their_visibility_timeout(
-    queue_client, queue_name, cassieq_options, tmp_path
+    queue_client, queue_name, cassieq_options, tmp_path, record_property
 ):
     """Handlers hang for a minute under a 20 s visibility timeout (heartbeat on); SIGTERM with
     0.5 s of grace: the process exits and both messages are visible again within seconds."""
@@ -187,6 +187,8 @@ def test_sigterm_releases_the_messages_in_hand_long_before_their_visibility_time
     finally:
         if proc.poll() is None:
             proc.kill()
+    record_property("exited_after_sigterm_s", round(exited, 2))
+    record_property("redelivered_after_sigterm_s", round(back, 2))
     assert sorted(m.id for m in got) == sorted(ids)
     assert back < vt / 4, f"redelivered {back:.1f} s after SIGTERM (timeout {vt} s)"
     assert exited < 5, exited
