@@ -4,8 +4,9 @@ The loop long-polls ``get_many`` for up to ``batch`` messages and yields them on
 Invariants:
 
 - A message is acked when the loop is asked for the next one: the body that handled it
-  finished. Acks are sent together (``ack_many``) before the next receive, or sooner when the
-  oldest waiting ack is a third of the visibility timeout old.
+  finished. With the heartbeat, finished messages stay renewed until their acks go out
+  together (``ack_many``) before the next receive, or once the oldest has waited a third of
+  the visibility timeout; without it each is acked at once (its receipt could expire).
 - Leaving the loop any other way (``break``, an exception in the body, ``close()``, the
   ``with`` block ending) acks nothing more than what finished: the message in hand is released
   (``change_visibility(receipt, 0)``: visible again at once, its delivery counted, so a message
@@ -80,14 +81,15 @@ class ConsumeLoop:
         c, q = self.client, self.queue
         hb = Heartbeat(c, q, self.visibility_timeout) if self.heartbeat else None
         pending: list[Message] = []
-        done: list[str] = []
+        done: list[Message] = []  # finished, still renewed by the heartbeat until acked
         first_done = 0.0
         current: Message | None = None
 
         def flush() -> None:
             if done:
-                c.ack_many(q, list(done))
+                receipts = [hb.drop(m) if hb is not None else m.pop_receipt for m in done]
                 done.clear()
+                c.ack_many(q, [r for r in receipts if r is not None])
 
         try:
             while True:
@@ -102,13 +104,11 @@ class ConsumeLoop:
                         hb.hold(pending)
                 current = pending.pop(0)
                 yield current
-                receipt = hb.drop(current) if hb is not None else current.pop_receipt
+                if not done:
+                    first_done = time.monotonic()
+                done.append(current)
                 current = None
-                if receipt is not None:
-                    if not done:
-                        first_done = time.monotonic()
-                    done.append(receipt)
-                if done and time.monotonic() - first_done > self.visibility_timeout / 3:
+                if hb is None or time.monotonic() - first_done > self.visibility_timeout / 3:
                     flush()
         finally:
             try:
@@ -173,14 +173,15 @@ class AsyncConsumeLoop:
             vt = (await c.get_queue(q)).visibility_timeout
         hb = AsyncHeartbeat(c, q, vt) if self.heartbeat else None
         pending: list[Message] = []
-        done: list[str] = []
+        done: list[Message] = []  # finished, still renewed by the heartbeat until acked
         first_done = 0.0
         current: Message | None = None
 
         async def flush() -> None:
             if done:
-                await c.ack_many(q, list(done))
+                receipts = [await hb.drop(m) if hb is not None else m.pop_receipt for m in done]
                 done.clear()
+                await c.ack_many(q, [r for r in receipts if r is not None])
 
         try:
             while True:
@@ -195,13 +196,11 @@ class AsyncConsumeLoop:
                         hb.hold(pending)
                 current = pending.pop(0)
                 yield current
-                receipt = await hb.drop(current) if hb is not None else current.pop_receipt
+                if not done:
+                    first_done = time.monotonic()
+                done.append(current)
                 current = None
-                if receipt is not None:
-                    if not done:
-                        first_done = time.monotonic()
-                    done.append(receipt)
-                if done and time.monotonic() - first_done > vt / 3:
+                if hb is None or time.monotonic() - first_done > vt / 3:
                     await flush()
         finally:
             try:

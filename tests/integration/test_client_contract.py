@@ -175,16 +175,19 @@ def test_the_consume_loop_acks_what_finished_and_releases_what_was_in_hand(clien
 
 
 def test_the_consume_loop_keeps_a_message_past_its_visibility_timeout(client, queue_name):
-    """The heartbeat renews a message in hand (and the rest of its batch) while the body
-    runs 1.5 s under a 1 s visibility timeout: each delivered once, all acked."""
+    """The heartbeat renews the message in hand, the rest of its batch and the finished one
+    whose ack waits to be batched, while the second body runs 1.5 s under a 1 s visibility
+    timeout: another consumer then gets nothing, each is delivered once, all are acked."""
     client.create_queue(queue_name, visibility_timeout=1)
     ids = client.put_many(queue_name, ["a", "b", "c"])
     seen = []
     with client.consume(queue_name, batch=3, wait=0.5, stop_when_empty=True) as loop:
         for msg in loop:
             seen.append((msg.id, msg.delivery_count))
-            if len(seen) == 1:
+            if len(seen) == 2:
                 time.sleep(1.5)
+                # Another consumer meanwhile: every message is still hidden.
+                assert client.get_many(queue_name, 10) == []
     assert sorted(seen) == [(i, 1) for i in ids], seen
     s = client.stats(queue_name)
     assert (s["acked"], s["in_flight"], s["backlog"]) == (3, 0, 0)
