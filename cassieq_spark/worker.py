@@ -21,6 +21,9 @@ Invariants:
   messages of those still running after that are released (visible again at once). Handler
   threads are daemons: a handler stuck past the grace does not keep the process alive.
 
+``stop_when_empty=True`` returns once no handler runs and a receive came back empty (a
+message still hidden by its backoff is left for a later run).
+
 Metrics: pass a :class:`WorkerMetrics` (override what you need); its methods run on handler
 threads and must not raise.
 """
