@@ -136,6 +136,17 @@ def table_rows(results: dict) -> list[dict]:
                 "fresh queue",
                 f["ratio_old_vs_fresh"],
             )
+    ac = s.get("async_client", {})
+    if ac.get("status") == "ok":
+        add(
+            "9 async client",
+            f"get_many({ac['batch']})+ack_many, {ac['tasks']} tasks on one loop",
+            ac["async_rate"],
+            "msg/s",
+            ac["sync_rate"],
+            f"QueueClient, {ac['tasks']} threads",
+            ac["ratio_async_vs_sync"],
+        )
     rows += scc_report.table_rows(results)
     prof = s.get("sink_profile", {})
     if prof.get("status") == "ok":

@@ -266,6 +266,11 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         # Alone: after the shared session stopped. Skipped with the reason when the side
         # environment cannot be built.
         runner.suite("scc", lambda: scc_suite.run(cfg))
+    if wanted("async_client"):
+        from . import async_client
+
+        # AsyncQueueClient, 50 tasks on one loop, against QueueClient on 50 threads
+        runner.suite("async_client", lambda: async_client.run(cfg))
     if wanted("service"):
         from . import service
 

@@ -3,6 +3,7 @@ structured-streaming source and sink."""
 
 from __future__ import annotations
 
+from .async_client import AsyncQueueClient
 from .client import PutEntry, QueueClient
 from .config import ConnectionConfig
 from .engine.consume.batch_ack import ReceiptResult
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "QueueClient",
     "PutEntry",
+    "AsyncQueueClient",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",

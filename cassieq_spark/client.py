@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cassandra import Unauthorized
 
@@ -29,6 +30,7 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
+from .consume_loop import ConsumeLoop
 from .engine.consume import batch, batch_ack
 from .engine.consume import consumer as consumer_mod
 from .engine.consume.batch_ack import ReceiptResult
@@ -46,7 +48,8 @@ from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
-from .errors import ConfigError, PermissionDeniedError
+from .errors import ConfigError, PermissionDeniedError, QueueExistsError
+from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,12 @@ class QueueClient:
         """From Spark-style options: ``contactPoints``, ``port``, ``keyspace``, ``localDc``, ...;
         any other name is an error (a typo would otherwise be ignored)."""
         return cls(connection_from_options(options, known_only=True))
+
+    def sibling(self) -> QueueClient:
+        """Another client on this one's connection, with consumer caches of its own: what a
+        second thread (or concurrent operation) uses, since a client's consumer caches are not
+        meant for two at once. Closing it leaves the connection open."""
+        return QueueClient(self.config, self.conn)
 
     def close(self) -> None:
         if self._own:
@@ -460,6 +469,28 @@ class QueueClient:
         return self._consumer.change_visibility(
             info, pop_receipt, visibility_seconds(timeout, "timeout", zero=True), payload=body
         )
+
+    def consume(
+        self,
+        queue: str,
+        batch: int = 10,
+        wait: float = 20.0,
+        visibility_timeout: float | None = None,
+        heartbeat: bool = True,
+        stop_when_empty: bool = False,
+    ) -> ConsumeLoop:
+        """``for msg in client.consume(queue)``: each message acked when the loop asks for the
+        next, the one in hand released when the loop is left otherwise, hidden meanwhile by a
+        heartbeat (:mod:`cassieq_spark.consume_loop`)."""
+        return ConsumeLoop(self, queue, batch, wait, visibility_timeout, heartbeat, stop_when_empty)
+
+    def worker(
+        self, queue: str, handler: Callable[[Message], object], **options: Any
+    ) -> WorkerReport:
+        """Run ``handler`` on the messages of ``queue`` until stopped (SIGTERM, SIGINT) or,
+        with ``stop_when_empty=True``, until the queue is empty; options and guarantees:
+        :class:`cassieq_spark.worker.Worker`."""
+        return Worker(self, queue, handler, **options).run()
 
     # -- moving between queues -----------------------------------------------------------------
 

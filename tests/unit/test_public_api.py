@@ -7,6 +7,7 @@ import cassieq_spark
 PUBLIC = {
     "QueueClient",
     "PutEntry",
+    "AsyncQueueClient",
     "ConnectionConfig",
     "Message",
     "ReceiptResult",

@@ -27,6 +27,7 @@ from ...errors import QueueBusyError
 from ..core import clock, pointers
 from ..core.messages import Message
 from ..core.queues import QueueInfo
+from ..store import suspend
 from ..stream.lease import stream_busy
 from .consumer import Consumer
 from .reader import Batches
@@ -47,7 +48,7 @@ def get_many(
         left = deadline - time.monotonic()
         if out or left <= 0:
             return out
-        time.sleep(min(pause, left))
+        suspend.pause(min(pause, left))
         pause = min(pause * 2, POLL_MAX)
 
 

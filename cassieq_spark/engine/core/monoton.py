@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ...errors import ContentionError
-from ..store import faults
+from ..store import faults, suspend
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
 from . import clock, pointers
@@ -172,7 +172,7 @@ def reserve(conn: Connection, queue: QueueInfo, count: int, *, owner_hint: str =
             # first copy applied. Taking a new block would leave this one open forever.
             return Reservation(lo, hi, owner, reserved_at=started)
         current = seen if seen is not None else _read_next(conn, queue, serial=True)
-        time.sleep(random.uniform(0, delay))
+        suspend.pause(random.uniform(0, delay))
         delay = min(delay * 2, 0.2)
     raise ContentionError(
         f"could not reserve ids on queue {queue.name!r} after {MAX_ATTEMPTS} attempts; too many "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from cassandra.connection import ConnectionBusy, ConnectionException
 from cassandra.pool import NoConnectionsAvailable
 
 from ...errors import CassandraUnavailableError
+from . import suspend
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def resend_unsent(
         if not never_sent(exc):
             break
         log.info("no node took the request (%s); sending it again in %.1f s", exc, delay)
-        time.sleep(delay)
+        suspend.pause(delay)
         try:
             return send()
         except NoHostAvailable as again:

@@ -41,7 +41,7 @@ from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ...config import ConnectionConfig, check_cluster
 from ...errors import CassandraUnavailableError, ConnectionFailedError
-from . import faults
+from . import faults, suspend
 from .failures import first_error, resend_unsent, tls_hint, unavailable_error
 from .retries import QueueRetryPolicy, is_idempotent
 
@@ -92,6 +92,7 @@ class _Translated:
         self._resend = resend
 
     def result(self):
+        suspend.wait_future(self._future)
         try:
             return self._future.result()
         except NoHostAvailable as exc:
@@ -230,17 +231,27 @@ class Connection:
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepare once per connection; ``{ks}`` in the text is the keyspace."""
         stmt = self._prepared.get(cql)
+        if stmt is None and suspend.current() is not None:
+            # Under an asynchronous runner: the driver has no asynchronous prepare, so it runs
+            # on a worker thread (once per statement and connection), outside the lock, which
+            # no suspended operation may hold.
+            stmt = suspend.call_blocking(lambda: self._prepare_now(cql))
+            return self._prepared.setdefault(cql, stmt)
         if stmt is None:
             with self._lock:
                 stmt = self._prepared.get(cql)
                 if stmt is None:
-                    text = cql.replace("{ks}", self.keyspace)
-                    try:
-                        stmt = self.session.prepare(text)
-                    except NoHostAvailable as exc:  # preparing changes nothing: safe to resend
-                        stmt = self.resend_unsent(lambda: self.session.prepare(text), exc)
-                    stmt.is_idempotent = is_idempotent(cql)
+                    stmt = self._prepare_now(cql)
                     self._prepared[cql] = stmt
+        return stmt
+
+    def _prepare_now(self, cql: str) -> PreparedStatement:
+        text = cql.replace("{ks}", self.keyspace)
+        try:
+            stmt = self.session.prepare(text)
+        except NoHostAvailable as exc:  # preparing changes nothing: safe to resend
+            stmt = self.resend_unsent(lambda: self.session.prepare(text), exc)
+        stmt.is_idempotent = is_idempotent(cql)
         return stmt
 
     def _statement(self, statement):
@@ -261,6 +272,12 @@ class Connection:
             elif mode == faults.UNAVAILABLE_AFTER:
                 self.session.execute(stmt, params or None, **kw)
                 raise faults.injected_unavailable(_text(statement))
+        if suspend.current() is not None:
+            # Under an asynchronous runner: the same request on the driver's asynchronous path,
+            # the operation suspended until its reply.
+            future = self.session.execute_async(stmt, params or None, **kw)
+            send = lambda: self.session.execute(stmt, params or None, **kw)  # noqa: E731
+            return _Translated(future, self, send).result()
         try:
             return self.session.execute(stmt, params or None, **kw)
         except NoHostAvailable as exc:
@@ -310,9 +327,11 @@ class Connection:
             try:
                 if faults.state.active and faults.take(cql) == faults.TIMEOUT_BEFORE:
                     raise faults.injected_timeout(cql)
-                return self.session.execute(
+                future = self.session.execute_async(
                     self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
-                ).one()
+                )
+                suspend.wait_future(future)
+                return future.result().one()
             except (ReadTimeout, WriteTimeout, Unavailable, *UNKNOWN_OUTCOME) as exc:
                 if isinstance(exc, CassandraUnavailableError):
                     # No node took it, after the resends that wait for the driver to reconnect:
@@ -333,7 +352,7 @@ class Connection:
                     exc,
                     delay,
                 )
-                time.sleep(delay)
+                suspend.pause(delay)
                 delay = min(delay * 2, 2.0)
 
     def cas(

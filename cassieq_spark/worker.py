@@ -1,0 +1,403 @@
+"""``client.worker(queue, handler)``: a pool of handler threads fed by one receiving loop.
+
+Invariants:
+
+- Every received message ends in exactly one of: acked (the handler returned), released with
+  a backoff (the handler raised: hidden for ``backoff.delay(delivery_count)``, 1 s doubling to
+  5 minutes by default, and redelivered after that), released for the dead-letter queue (the
+  handler raised on the queue's last allowed delivery: visible at once, and the engine's next
+  look moves it to the queue's dead-letter queue, or drops it when it has none), released on
+  shutdown (visible at once), or stale (its receipt ran out before the handler finished,
+  another consumer has it; with the heartbeat on, only when a renewal came too late).
+  A process killed outright leaves its messages hidden until their visibility timeout
+  ends; they are then delivered again. No path drops a message.
+- With ``heartbeat=True`` (the default) a message's visibility is renewed while it waits and
+  while its handler runs (:mod:`cassieq_spark.heartbeat`), so a handler may take longer than
+  the visibility timeout.
+- Only as many messages are received as there are idle handler threads: none waits unhandled.
+- Acks of handlers that finish together go out in one ``ack_many``.
+- ``stop()``, SIGTERM or SIGINT (when run on the main thread with ``handle_signals``) stop
+  receiving at once; running handlers get ``shutdown_grace`` seconds to finish, and the
+  messages of those still running after that are released (visible again at once). Handler
+  threads are daemons: a handler stuck past the grace does not keep the process alive.
+
+``stop_when_empty=True`` returns once no handler runs and a receive came back empty (a
+message still hidden by its backoff is left for a later run).
+
+Metrics: pass a :class:`WorkerMetrics` (override what you need); its methods run on handler
+threads and must not raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .engine.core.messages import Message
+from .errors import ConfigError, StaleReceiptError
+from .heartbeat import Heartbeat
+
+if TYPE_CHECKING:
+    from .client import QueueClient
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Backoff", "CountingMetrics", "Worker", "WorkerMetrics", "WorkerReport"]
+
+POLL_SLICE = 1.0  # seconds: the longest receive wait, so a stop is seen within about this
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long a failed message stays hidden before its next delivery:
+    ``first * factor ** (delivery_count - 1)``, at most ``cap`` seconds."""
+
+    first: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.first <= self.cap <= 43_200) or self.factor < 1:
+            raise ConfigError(
+                f"backoff needs 0 <= first <= cap <= 43200 s and factor >= 1, got first="
+                f"{self.first!r}, factor={self.factor!r}, cap={self.cap!r}"
+            )
+
+    def delay(self, delivery_count: int) -> float:
+        steps = max(0, delivery_count - 1)
+        if steps > 64:
+            return self.cap
+        return min(self.cap, self.first * self.factor**steps)
+
+
+class WorkerMetrics:
+    """Hooks called by a :class:`Worker`; each does nothing unless overridden."""
+
+    def on_ack(self, message: Message, seconds: float) -> None:
+        """Handled and acked; ``seconds`` from the handler's start to the ack."""
+
+    def on_failure(self, message: Message, error: BaseException, retry_in: float) -> None:
+        """The handler raised; the message comes back in ``retry_in`` seconds."""
+
+    def on_dead_letter(self, message: Message, error: BaseException) -> None:
+        """The handler raised on the queue's last allowed delivery: the message goes to the
+        dead-letter queue (or is dropped when the queue has none) instead of coming back."""
+
+    def on_stale(self, message: Message) -> None:
+        """The handler finished after the message's receipt went stale (its visibility
+        timeout ended): not acked here, another consumer gets it."""
+
+    def on_release(self, message: Message) -> None:
+        """Released unhandled at shutdown: visible again at once."""
+
+
+@dataclass
+class WorkerReport:
+    """What a :meth:`Worker.run` did, counted."""
+
+    acked: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    stale: int = 0
+    released: int = 0
+    latencies: list[float] = field(default_factory=list, repr=False)
+
+
+class CountingMetrics(WorkerMetrics):
+    """Counts into a :class:`WorkerReport`, then calls the user's hooks (one that raises is
+    logged, never fails the worker)."""
+
+    def __init__(self, report: WorkerReport, user: WorkerMetrics | None, lock: threading.Lock):
+        self.report, self.user, self.lock = report, user, lock
+
+    def _call(self, name: str, *args: Any) -> None:
+        if self.user is not None:
+            try:
+                getattr(self.user, name)(*args)
+            except Exception:
+                log.warning("worker metrics hook %s raised", name, exc_info=True)
+
+    def on_ack(self, message: Message, seconds: float) -> None:
+        with self.lock:
+            self.report.acked += 1
+            self.report.latencies.append(seconds)
+        self._call("on_ack", message, seconds)
+
+    def on_failure(self, message: Message, error: BaseException, retry_in: float) -> None:
+        with self.lock:
+            self.report.failed += 1
+        self._call("on_failure", message, error, retry_in)
+
+    def on_dead_letter(self, message: Message, error: BaseException) -> None:
+        with self.lock:
+            self.report.dead_lettered += 1
+        self._call("on_dead_letter", message, error)
+
+    def on_stale(self, message: Message) -> None:
+        with self.lock:
+            self.report.stale += 1
+        self._call("on_stale", message)
+
+    def on_release(self, message: Message) -> None:
+        with self.lock:
+            self.report.released += 1
+        self._call("on_release", message)
+
+
+_RUNNING, _RELEASED = "running", "released"
+
+
+class Worker:
+    """Runs ``handler(message)`` on ``concurrency`` threads for the messages of ``queue``
+    (see the module for what happens to each message)."""
+
+    def __init__(
+        self,
+        client: QueueClient,
+        queue: str,
+        handler: Callable[[Message], object],
+        concurrency: int = 4,
+        batch: int | None = None,
+        wait: float = 20.0,
+        visibility_timeout: float | None = None,
+        heartbeat: bool = True,
+        backoff: Backoff | None = None,
+        metrics: WorkerMetrics | None = None,
+        shutdown_grace: float = 10.0,
+        handle_signals: bool = True,
+        stop_when_empty: bool = False,
+    ):
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if shutdown_grace < 0:
+            raise ConfigError(f"shutdown_grace must be >= 0 seconds, got {shutdown_grace!r}")
+        self.client = client
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.batch = min(batch or concurrency, 1000)
+        self.wait = wait
+        self.visibility_timeout = visibility_timeout
+        self.heartbeat = heartbeat
+        self.backoff = backoff or Backoff()
+        self.shutdown_grace = shutdown_grace
+        self.handle_signals = handle_signals
+        self.stop_when_empty = stop_when_empty
+        self.report = WorkerReport()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.metrics = CountingMetrics(self.report, metrics, threading.Lock())
+        self._stop = threading.Event()
+        # By delivery (the Message object), not message id: a message whose timeout ran out
+        # may be delivered to this worker again while its first handler still runs.
+        self._state: dict[int, str] = {}
+        self._held: dict[int, Message] = {}
+        self._acks: list[tuple[Message, str, float]] = []
+        self._work: queue_mod.SimpleQueue[Message | None] = queue_mod.SimpleQueue()
+        self._hb: Heartbeat | None = None
+        self._vt = 0.0
+        self._max_deliveries = 0
+
+    def stop(self) -> None:
+        """Stop receiving; :meth:`run` then shuts down as on SIGTERM."""
+        self._stop.set()
+
+    def run(self) -> WorkerReport:
+        info = self.client.get_queue(self.queue)
+        self._vt = (
+            info.visibility_timeout
+            if self.visibility_timeout is None
+            else float(self.visibility_timeout)
+        )
+        self._max_deliveries = info.max_delivery_count
+        restore = self._install_signals()
+        self._hb = Heartbeat(self.client, self.queue, self._vt) if self.heartbeat else None
+        threads = [
+            threading.Thread(target=self._serve, name=f"worker-{self.queue}-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self._receive()
+        finally:
+            try:
+                self._shut_down()
+            finally:
+                for _ in threads:
+                    self._work.put(None)
+                if self._hb is not None:
+                    self._hb.close()
+                restore()
+        return self.report
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                while len(self._state) >= self.concurrency and not self._stop.is_set():
+                    self._idle.wait(0.5)
+                free = self.concurrency - len(self._state)
+            if self._stop.is_set():
+                return
+            msgs = self.client.get_many(
+                self.queue, min(self.batch, free), self._vt, min(self.wait, POLL_SLICE)
+            )
+            if self._stop.is_set():
+                if msgs:
+                    self.client.give_back(self.queue, msgs)
+                return
+            if not msgs:
+                with self._lock:
+                    idle = not self._state
+                if self.stop_when_empty and idle:
+                    return
+                continue
+            if self._hb is not None:
+                self._hb.hold(msgs)
+            with self._lock:
+                for m in msgs:
+                    self._state[id(m)] = _RUNNING
+                    self._held[id(m)] = m
+            for m in msgs:
+                self._work.put(m)
+
+    # -- handling -------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        client = self.client.sibling()  # consumer caches of this thread's own
+        while True:
+            m = self._work.get()
+            if m is None:
+                return
+            try:
+                self._handle(client, m)
+            except Exception:  # a failed ack or release: the visibility timeout redelivers it
+                log.warning("worker on queue %r: message %d", self.queue, m.id, exc_info=True)
+                self._done(m)
+
+    def _receipt(self, m: Message) -> str | None:
+        """The message's current receipt, taken from the heartbeat (None: stale, or released
+        at shutdown)."""
+        with self._lock:
+            if self._state.get(id(m)) != _RUNNING:
+                return None
+        return self._hb.drop(m) if self._hb is not None else m.pop_receipt
+
+    def _done(self, m: Message) -> None:
+        with self._lock:
+            self._state.pop(id(m), None)
+            self._held.pop(id(m), None)
+            self._idle.notify_all()
+
+    def _handle(self, client: QueueClient, m: Message) -> None:
+        started = time.monotonic()
+        try:
+            self.handler(m)
+        except Exception as exc:
+            self._failed(client, m, exc)
+            return
+        with self._lock:
+            released = self._state.get(id(m)) != _RUNNING
+        if released:
+            return
+        receipt = self._receipt(m)
+        if receipt is None:
+            self.metrics.on_stale(m)
+            self._done(m)
+            return
+        with self._lock:
+            self._acks.append((m, receipt, started))
+        self._flush_acks(client)
+
+    def _failed(self, client: QueueClient, m: Message, exc: Exception) -> None:
+        with self._lock:
+            if self._state.get(id(m)) != _RUNNING:
+                return  # released at shutdown meanwhile
+        receipt = self._receipt(m)
+        if receipt is None:
+            self.metrics.on_stale(m)
+            self._done(m)
+            return
+        last = m.delivery_count >= self._max_deliveries
+        delay = 0.0 if last else self.backoff.delay(m.delivery_count)
+        try:
+            client.change_visibility(self.queue, receipt, delay)
+        except StaleReceiptError:
+            self.metrics.on_stale(m)
+        else:
+            if last:
+                self.metrics.on_dead_letter(m, exc)
+            else:
+                self.metrics.on_failure(m, exc, delay)
+        finally:
+            self._done(m)
+
+    def _flush_acks(self, client: QueueClient) -> None:
+        with self._lock:
+            taken, self._acks = self._acks, []
+        if not taken:
+            return
+        try:
+            results = client.ack_many(self.queue, [r for _, r, _ in taken])
+            now = time.monotonic()
+            for (m, _, started), res in zip(taken, results, strict=True):
+                if res.ok:
+                    self.metrics.on_ack(m, now - started)
+                else:
+                    self.metrics.on_stale(m)
+        finally:
+            for m, _, _ in taken:
+                self._done(m)
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        deadline = time.monotonic() + self.shutdown_grace
+        with self._lock:
+            while self._state and time.monotonic() < deadline:
+                self._idle.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            left = [m for m in self._held.values() if self._state.get(id(m)) == _RUNNING]
+            for m in left:
+                self._state[id(m)] = _RELEASED
+        entries = []
+        for m in left:
+            receipt = self._hb.drop(m) if self._hb is not None else m.pop_receipt
+            if receipt is not None:
+                entries.append((m, receipt))
+        if entries:
+            results = self.client.change_visibility_many(self.queue, [(r, 0.0) for _, r in entries])
+            for (m, _), res in zip(entries, results, strict=True):
+                if res.ok:
+                    self.metrics.on_release(m)
+                else:
+                    self.metrics.on_stale(m)
+        with self._lock:
+            for m in left:
+                self._state.pop(id(m), None)
+                self._held.pop(id(m), None)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("worker on queue %r: signal %d, shutting down", self.queue, signum)
+            self._stop.set()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+        return restore
