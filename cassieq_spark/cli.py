@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("queue")
     s.add_argument("message")
     s.add_argument("--delay", type=_number, default=0.0, metavar="S")
+    s.add_argument(
+        "--group",
+        default=None,
+        metavar="KEY",
+        help="message group: delivered after the group's earlier messages, one at a time "
+        "(docs/groups.md)",
+    )
 
     s = sub.add_parser(
         "get",
@@ -341,7 +348,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         client.delete_queue(args.name)
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
-        print(client.put(args.queue, payload, delay=args.delay))
+        print(client.put(args.queue, payload, delay=args.delay, group=args.group))
     elif cmd == "get" and (args.max is not None or args.wait is not None):
         batch = client.get_many(
             args.queue,

@@ -272,9 +272,12 @@ class QueueClient:
         payload: bytes | str,
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        group: str | None = None,
     ) -> int:
-        """Enqueue one message; returns its id."""
-        return self.put_many(queue, [payload], delay=delay, headers=headers)[0]
+        """Enqueue one message; returns its id. With ``group``, the message is delivered after
+        every message of its group put before it, and never while another message of the group
+        is in flight (see docs/groups.md)."""
+        return self.put_many(queue, [payload], delay=delay, headers=headers, group=group)[0]
 
     def put_many(
         self,
@@ -282,8 +285,11 @@ class QueueClient:
         payloads: Iterable[bytes | str],
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        group: str | None = None,
     ) -> list[int]:
-        """Enqueue many messages with one id reservation per 10,000; returns their ids in order."""
+        """Enqueue many messages with one id reservation per 10,000; returns their ids in order.
+        With ``group``, all of them in that group, in the list's order (docs/groups.md); a
+        grouped message cannot be delayed."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise ConfigError(
                 f"put_many takes an iterable of payloads, got one {type(payloads).__name__}; "
@@ -292,6 +298,7 @@ class QueueClient:
         info = self._queue(queue)
         d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)
+        h = validate.grouped_headers(h, group, d)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         if not data:
             return []
