@@ -211,6 +211,10 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         connector_thread.start()
     if wanted("engine"):
         runner.suite("engine", lambda: run_engine(cfg))
+    if wanted("groups"):
+        from . import groups
+
+        runner.suite("groups", lambda: groups.suite(cfg))
     if wanted("profile"):
         runner.suite("sink_profile", lambda: sink.profile_hot_path(cfg, cfg.profile_rows))
     # The Spark Cassandra Connector (its own PySpark 3.5 job, up for the run): with the sink or

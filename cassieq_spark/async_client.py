@@ -28,9 +28,10 @@ from typing import Any
 
 from . import async_bridge
 from .async_worker import AsyncWorker
-from .client import QueueClient
+from .client import PutEntry, QueueClient
 from .consume_loop import AsyncConsumeLoop
 from .engine.consume.batch_ack import ReceiptResult
+from .engine.core import queues
 from .engine.core.messages import Message
 from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SETTINGS, QueueInfo
 from .engine.upkeep.moves import MoveReport
@@ -151,6 +152,26 @@ class AsyncQueueClient:
             max_payload_bytes=max_payload_bytes,
         )
 
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        visibility_timeout: float = queues.UNSET,
+        max_delivery_count: int = queues.UNSET,
+        dead_letter_queue: str | None = queues.UNSET,
+        message_ttl: int | None = queues.UNSET,
+        max_payload_bytes: int = queues.UNSET,
+    ) -> QueueInfo:
+        return await self._run(
+            "update_queue",
+            name,
+            visibility_timeout=visibility_timeout,
+            max_delivery_count=max_delivery_count,
+            dead_letter_queue=dead_letter_queue,
+            message_ttl=message_ttl,
+            max_payload_bytes=max_payload_bytes,
+        )
+
     async def get_queue(self, name: str) -> QueueInfo:
         return await self._run("get_queue", name)
 
@@ -168,8 +189,12 @@ class AsyncQueueClient:
         payload: bytes | str,
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        dedup_id: str | None = None,
+        group: str | None = None,
     ) -> int:
-        return await self._run("put", queue, payload, delay=delay, headers=headers)
+        return await self._run(
+            "put", queue, payload, delay=delay, headers=headers, dedup_id=dedup_id, group=group
+        )
 
     async def put_many(
         self,
@@ -177,8 +202,21 @@ class AsyncQueueClient:
         payloads: Iterable[bytes | str],
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
+        dedup_ids: Sequence[str | None] | None = None,
+        group: str | None = None,
     ) -> list[int]:
-        return await self._run("put_many", queue, payloads, delay=delay, headers=headers)
+        return await self._run(
+            "put_many",
+            queue,
+            payloads,
+            delay=delay,
+            headers=headers,
+            dedup_ids=dedup_ids,
+            group=group,
+        )
+
+    async def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
+        return await self._run("put_batch", queue, entries)
 
     # -- consuming ------------------------------------------------------------------------------
 

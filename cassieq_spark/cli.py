@@ -62,6 +62,7 @@ from .validate import (
     watch_count,
     watch_interval,
 )
+from .validate import group as validate_group
 from .validate import headers as validate_headers
 
 log = logging.getLogger(__name__)
@@ -236,8 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--ndjson",
         action="store_true",
         help='read messages from stdin, one JSON object a line: {"payload": "...", '
-        '"encoding": "utf-8" or "base64", "headers": {...}, "delay": S, "dedup_id": "..."} '
+        '"encoding": "utf-8" or "base64", "headers": {...}, "delay": S, "dedup_id": "...", '
+        '"group": "..."} '
         "(all but payload optional); every line is checked before any is put",
+    )
+    s.add_argument(
+        "--group",
+        default=None,
+        metavar="KEY",
+        help="message group: delivered after the group's earlier messages, one at a time "
+        "(docs/groups.md)",
     )
 
     s = sub.add_parser(
@@ -364,7 +373,7 @@ def read_ndjson(stream) -> list[PutEntry]:
     """Messages of ``put --ndjson``: one JSON object a line (blank lines skipped), every line
     checked before anything is put; a bad line is an error naming its number."""
     entries: list[PutEntry] = []
-    allowed = {"payload", "encoding", "headers", "delay", "dedup_id"}
+    allowed = {"payload", "encoding", "headers", "delay", "dedup_id", "group"}
     for number, raw in enumerate(stream, 1):
         if not raw.strip():
             continue
@@ -404,9 +413,12 @@ def read_ndjson(stream) -> list[PutEntry]:
             did = obj.get("dedup_id")
             if did is not None:
                 did = dedup_id(did)
+            grp = obj.get("group")
+            if grp is not None:
+                grp = validate_group(grp, "'group'")
         except ConfigError as exc:
             raise bad(str(exc)) from None
-        entries.append(PutEntry(data, headers, delay, did))
+        entries.append(PutEntry(data, headers, delay, did, grp))
     return entries
 
 
@@ -421,6 +433,7 @@ def _check_args(args: argparse.Namespace) -> None:
                     ("--delay", args.delay),
                     ("--header", args.header),
                     ("--dedup-id", args.dedup_id),
+                    ("--group", args.group),
                 )
                 if value is not None
             ]
@@ -528,6 +541,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
                 delay=args.delay or 0.0,
                 headers=args.headers,
                 dedup_id=args.dedup_id,
+                group=args.group,
             )
         )
     elif cmd == "ack-many":

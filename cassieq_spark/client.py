@@ -48,7 +48,7 @@ from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
-from .errors import ConfigError, PermissionDeniedError, QueueExistsError
+from .errors import ConfigError, PermissionDeniedError
 from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,13 @@ __all__ = ["DEDUP_WINDOW_SECONDS", "PutEntry", "QueueClient"]
 @dataclass(frozen=True)
 class PutEntry:
     """One message of :meth:`QueueClient.put_batch`: its payload, headers, initial delay in
-    seconds and deduplication id (None: none; see :meth:`QueueClient.put`)."""
+    seconds, deduplication id and message group (None: none; see :meth:`QueueClient.put`)."""
 
     payload: bytes | str
     headers: Mapping[str, str] | None = None
     delay: float = 0.0
     dedup_id: str | None = None
+    group: str | None = None
 
 
 def _server_message(exc: Exception) -> str:
@@ -318,12 +319,17 @@ class QueueClient:
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
         dedup_id: str | None = None,
+        group: str | None = None,
     ) -> int:
         """Enqueue one message; returns its id. ``dedup_id``: a put of the same id within
         ``DEDUP_WINDOW_SECONDS`` (5 min) of the first enqueues nothing and returns the first
-        put's id, so a producer may retry after a timeout or a crash."""
+        put's id, so a producer may retry after a timeout or a crash. With ``group``, the
+        message is delivered after every message of its group put before it, and never while
+        another message of the group is in flight (see docs/groups.md)."""
         ids = None if dedup_id is None else [dedup_id]
-        return self.put_many(queue, [payload], delay=delay, headers=headers, dedup_ids=ids)[0]
+        return self.put_many(
+            queue, [payload], delay=delay, headers=headers, dedup_ids=ids, group=group
+        )[0]
 
     def put_many(
         self,
@@ -332,10 +338,13 @@ class QueueClient:
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
         dedup_ids: Sequence[str | None] | None = None,
+        group: str | None = None,
     ) -> list[int]:
         """Enqueue many messages with one id reservation per 10,000; returns their ids in order.
         ``dedup_ids``: one deduplication id per payload (None: that one has none), as for
-        :meth:`put`; each message with one costs its own reservation."""
+        :meth:`put`; each message with one costs its own reservation. With ``group``, all of
+        them in that group, in the list's order (docs/groups.md); a grouped message cannot be
+        delayed."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise ConfigError(
                 f"put_many takes an iterable of payloads, got one {type(payloads).__name__}; "
@@ -344,6 +353,7 @@ class QueueClient:
         info = self._queue(queue)
         d = delay_seconds(delay)
         h = check_headers(dict(headers) if headers is not None else None)
+        h = validate.grouped_headers(h, group, d)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         hs = [h] * len(data) if h else None
         ds = [d] * len(data) if d else None
@@ -384,8 +394,10 @@ class QueueClient:
                     "with PutEntry(payload, headers=..., delay=..., dedup_id=...)"
                 )
             data.append(to_bytes(e.payload, info, i))
-            heads.append(check_headers(dict(e.headers) if e.headers is not None else None, i))
-            delays.append(delay_seconds(e.delay, f"delay of entry {i}"))
+            delay = delay_seconds(e.delay, f"delay of entry {i}")
+            checked = check_headers(dict(e.headers) if e.headers is not None else None, i)
+            heads.append(validate.grouped_headers(checked, e.group, delay, i))
+            delays.append(delay)
             ids.append(
                 None
                 if e.dedup_id is None

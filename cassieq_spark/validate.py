@@ -39,6 +39,10 @@ MAX_DELIVERY_COUNT = 1000
 # decode on every get.
 MAX_HEADERS_BYTES = 64 * 1024
 MAX_HEADERS_COUNT = 1000
+# Message groups: the group travels as this reserved header (every path that copies a message
+# copies its headers) and is also stored in the row's own column for the scans.
+HEADER_GROUP = "cassieq-group"
+MAX_GROUP_CHARS = 128
 # Ids, versions, slots: bigint/int columns.
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
@@ -369,6 +373,44 @@ def headers(value: object, position: int | None = None) -> dict[str, str] | None
             f"headers{where} take {size} bytes; at most {MAX_HEADERS_BYTES} are allowed"
         )
     return dict(value) or None
+
+
+def group(value: object, what: str = "group") -> str:
+    """A message group: 1 to :data:`MAX_GROUP_CHARS` characters of valid Unicode."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
+    if not 1 <= len(value) <= MAX_GROUP_CHARS:
+        raise ConfigError(
+            f"{what} has {len(value)} characters; a group is 1 to {MAX_GROUP_CHARS} characters"
+        )
+    text(value, what)
+    return value
+
+
+def grouped_headers(
+    headers: dict[str, str] | None, group_key: object, delay: float, position: int | None = None
+) -> dict[str, str] | None:
+    """``headers`` (already checked) with ``group_key`` as the :data:`HEADER_GROUP` header; the
+    group checked, whichever way it came. A grouped message cannot be delayed: the reader
+    pointer passes a delayed row, and its group's later messages would overtake it."""
+    where = f" at position {position}" if position is not None else ""
+    given = (headers or {}).get(HEADER_GROUP)
+    if group_key is not None:
+        g = group(group_key, f"group{where}")
+        if given is not None and given != g:
+            raise ConfigError(
+                f"group{where} is {g!r} but header {HEADER_GROUP!r} says {given!r}; give one"
+            )
+        headers = {**(headers or {}), HEADER_GROUP: g}
+    elif given is not None:
+        group(given, f"header {HEADER_GROUP!r}{where}")
+    if headers and HEADER_GROUP in headers and delay:
+        raise ConfigError(
+            f"a grouped message cannot be delayed (group {headers[HEADER_GROUP]!r}{where}, "
+            f"delay {delay:g} s): a delay would let the group's later messages overtake it; "
+            "put it without the delay, or without the group"
+        )
+    return headers
 
 
 def headers_bytes(value: Mapping[str, str] | None) -> int:

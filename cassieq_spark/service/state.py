@@ -69,9 +69,13 @@ class Service:
         # before the request came is a 404), with one read per wave of requests, not per request.
         self._queue_reads: Batcher[str, None, QueueInfo] = Batcher(self._read_queue, 1000)
 
-    async def _put_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
+    async def _put_many(
+        self, queue: str, payloads: Sequence[bytes], delay: float, group: str | None
+    ) -> list[int]:
         self.metrics.put_writes.inc()
-        return await self.call(lambda c: c.put_many(queue, payloads, delay=delay), "putMessage")
+        return await self.call(
+            lambda c: c.put_many(queue, payloads, delay=delay, group=group), "putMessage"
+        )
 
     async def queue(self, name: str) -> QueueInfo:
         """The queue's definition, read from Cassandra after this call began

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import validate
 from ..engine.core.messages import Message, to_bytes
 from ..engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from ..engine.core.receipts import PopReceipt
@@ -236,6 +237,12 @@ async def put_message(request: Request) -> Response:
             },
         )
     delay = inputs.query_int(request, "initialInvisibilitySeconds", 0, 0, MAX_SECONDS)
+    group = request.query_params.get("group")
+    if group is not None:
+        try:
+            validate.grouped_headers(None, group, float(delay or 0))
+        except ConfigError as exc:
+            raise framework(400, f"query parameter 'group': {exc}") from None
     info = await queue_info(service, request, account, "putMessage")
     raw = await inputs.body(request, service.config.max_body_bytes)
     try:
@@ -244,7 +251,7 @@ async def put_message(request: Request) -> Response:
         to_bytes(raw, info)
     except PayloadTooLargeError as exc:
         raise framework(413, str(exc)) from None
-    await service.puts.put(info.name, raw, float(delay or 0))
+    await service.puts.put(info.name, raw, float(delay or 0), group)
     return empty(201)
 
 
@@ -254,6 +261,7 @@ def message_body(info: QueueInfo, m: Message) -> dict[str, Any]:
         "message": message_text(m.payload),
         "deliveryCount": max(m.delivery_count - 1, 0),
         "messageTag": message_tag(info, m.id),
+        "group": m.group,
     }
 
 

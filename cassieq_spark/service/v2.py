@@ -41,6 +41,7 @@ def message_json(info: QueueInfo, m: Message) -> dict[str, Any]:
         "deliveryCount": m.delivery_count,
         "messageTag": message_tag(info, m.id),
         "headers": m.headers,
+        "group": m.group,
         "enqueuedAt": m.enqueued_at.isoformat() if m.enqueued_at else None,
     }
 

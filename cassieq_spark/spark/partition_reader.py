@@ -16,6 +16,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ..config import connection_from_options
+from ..engine.core.messages import HEADER_GROUP
 from ..engine.core.queues import QueueInfo
 from ..engine.store.session import Connection, shared_connection
 from ..engine.stream import deliveries as stream_deliveries
@@ -50,6 +51,7 @@ class _BatchBuilder:
         c[5].append(delivery_count)
         c[6].append(self.queue)
         c[7].append(self.incarnation)
+        c[8].append(row.headers.get(HEADER_GROUP) if row.headers else None)
         return self.flush() if len(c[0]) >= ROWS_PER_BATCH else None
 
     def flush(self) -> pa.RecordBatch | None:

@@ -27,12 +27,14 @@ SOURCE_SCHEMA = StructType(
         # The queue's incarnation (its queue_id): ids restart at 0 when a queue is deleted and
         # created again, so (queue, incarnation, id) is what names one message for ever.
         StructField("incarnation", StringType(), nullable=True),
+        # The message's group (header cassieq-group, docs/groups.md); null when ungrouped.
+        StructField("group", StringType(), nullable=True),
     ]
 )
 
 SOURCE_SCHEMA_DDL = (
     "id BIGINT, value BINARY, headers MAP<STRING,STRING>, enqueued_at TIMESTAMP, "
-    "bucket BIGINT, delivery_count INT, queue STRING, incarnation STRING"
+    "bucket BIGINT, delivery_count INT, queue STRING, incarnation STRING, group STRING"
 )
 
 # Columns the sink accepts, and what each may be.
@@ -40,4 +42,5 @@ SINK_VALUE = "value"
 SINK_HEADERS = "headers"
 SINK_DELAY = "delay"
 SINK_QUEUE = "queue"  # a row's destination, overriding option 'queue' (Kafka's 'topic')
-SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY, SINK_QUEUE)
+SINK_GROUP = "group"  # the row's message group (docs/groups.md); null: no group
+SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY, SINK_QUEUE, SINK_GROUP)

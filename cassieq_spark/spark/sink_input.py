@@ -31,11 +31,12 @@ from pyspark.sql.types import (
 
 from .. import validate
 from ..config import validate_queue_name
+from ..engine.core.messages import HEADER_GROUP
 from ..engine.core.queues import QueueInfo
 from ..engine.write.keyed_write import Slice
 from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
-from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
+from .schema import SINK_COLUMNS, SINK_DELAY, SINK_GROUP, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 
@@ -54,6 +55,7 @@ class InputLayout:
     headers: int | None
     delay: int | None
     queue: int | None = None  # the row's destination; None: every row goes to option 'queue'
+    group: int | None = None  # the row's message group
 
 
 def _type_name(t: DataType) -> str:
@@ -64,7 +66,7 @@ def check_input_schema(schema: StructType) -> InputLayout:
     """Fail before anything is written if the input has columns the sink cannot take."""
     allowed = (
         "value (string or binary, required), headers (map<string,string>), delay (double), "
-        "queue (string: the row's queue)"
+        "queue (string: the row's queue), group (string: the row's message group)"
     )
     names = [f.name.lower() for f in schema.fields]
     if SINK_VALUE not in names:
@@ -111,12 +113,19 @@ def check_input_schema(schema: StructType) -> InputLayout:
             raise ConfigError(
                 f"column 'queue' must be string (the name of the row's queue), got {_type_name(t)}"
             )
+    if SINK_GROUP in found:
+        t = schema.fields[found[SINK_GROUP]].dataType
+        if not isinstance(t, StringType):
+            raise ConfigError(
+                f"column 'group' must be string (the row's message group), got {_type_name(t)}"
+            )
     return InputLayout(
         found[SINK_VALUE],
         isinstance(value_type, StringType),
         found.get(SINK_HEADERS),
         found.get(SINK_DELAY),
         found.get(SINK_QUEUE),
+        found.get(SINK_GROUP),
     )
 
 
@@ -149,6 +158,31 @@ def _headers(h: dict | None, check: InputCheck, position: int) -> dict | None:
         return validate.headers(h)
     except ConfigError as exc:
         raise type(exc)(f"column 'headers' at {check.where(position)}: {exc}") from None
+
+
+def _grouped(
+    check: InputCheck,
+    base: int,
+    groups: list | None,
+    headers: list[dict | None] | None,
+    delays: list[float] | None,
+) -> list[dict | None] | None:
+    """The rows' headers with each row's group (column ``group``) as the reserved header, both
+    ways of giving a group checked as the client checks them (a grouped row cannot be
+    delayed)."""
+    if groups is None and not (headers and any(h and HEADER_GROUP in h for h in headers)):
+        return headers
+    n = len(groups) if groups is not None else len(headers or [])
+    out: list[dict | None] = list(headers) if headers is not None else [None] * n
+    for i in range(n):
+        g = groups[i] if groups is not None else None
+        if g is None and not (out[i] and HEADER_GROUP in out[i]):  # type: ignore[operator]
+            continue
+        try:
+            out[i] = validate.grouped_headers(out[i], g, delays[i] if delays else 0.0)
+        except ConfigError as exc:
+            raise type(exc)(f"column 'group' at {check.where(base + i)}: {exc}") from None
+    return out
 
 
 def _first_true(mask: pa.Array) -> int:
@@ -280,6 +314,8 @@ def arrow_slices(check: InputCheck, batches: Iterable[pa.RecordBatch]) -> Iterat
                 )
             if pc.max(d).as_py() > 0:
                 delays = d.to_pylist()
+        groups = rb.column(layout.group).to_pylist() if layout.group is not None else None
+        headers = _grouped(check, base, groups, headers, delays)
         yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests)
         base += rb.num_rows
 
@@ -288,7 +324,7 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
     """Checked :class:`Slice` values of ``ROWS_PER_SLICE`` Spark rows each (the last one
     shorter)."""
     layout = check.layout
-    vi, hi_, di, qi = layout.value, layout.headers, layout.delay, layout.queue
+    vi, hi_, di, qi, gi = layout.value, layout.headers, layout.delay, layout.queue, layout.group
     router = _Router(check) if qi is not None else None
     queue = None if router is not None else _default(check)
     dests: list[str] | None = [] if router is not None else None
@@ -296,7 +332,14 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
     headers: list[dict | None] | None = [] if hi_ is not None else None
     delays: list[float] | None = [] if di is not None else None
     sizes: list[int] = []
+    groups: list | None = [] if gi is not None else None
     any_delay = False
+    first = 0  # the position of the slice's first row
+
+    def done() -> Slice:
+        d = delays if any_delay else None
+        return Slice(payloads, _grouped(check, first, groups, headers, d), d, sizes, dests)
+
     for pos, row in enumerate(rows):
         v = row[vi]
         if v is None:
@@ -333,12 +376,16 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
                 )
             any_delay = any_delay or d > 0
             delays.append(d)
+        if groups is not None:
+            groups.append(row[gi])
         if len(payloads) >= ROWS_PER_SLICE:
-            yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)
+            yield done()
             payloads, sizes = [], []
             dests = [] if router is not None else None
             headers = [] if hi_ is not None else None
             delays = [] if di is not None else None
+            groups = [] if gi is not None else None
             any_delay = False
+            first = pos + 1
     if payloads:
-        yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)
+        yield done()

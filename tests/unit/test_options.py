@@ -140,6 +140,7 @@ def test_source_schema_matches_ddl() -> None:
         "delivery_count",
         "queue",
         "incarnation",
+        "group",
     ]
 
 

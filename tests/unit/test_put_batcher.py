@@ -19,7 +19,9 @@ class Store:
         self.calls: list[tuple[str, list[bytes], float]] = []
         self.next_id = 0
 
-    async def write_many(self, queue: str, payloads: Sequence[bytes], delay: float) -> list[int]:
+    async def write_many(
+        self, queue: str, payloads: Sequence[bytes], delay: float, group: str | None = None
+    ) -> list[int]:
         self.calls.append((queue, list(payloads), delay))
         await asyncio.sleep(self.seconds)
         if self.fail_on is not None and len(self.calls) == self.fail_on:

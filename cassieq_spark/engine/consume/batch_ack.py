@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
+from typing import Any
 
 from cassandra.query import BatchStatement, BatchType
 
@@ -24,7 +25,7 @@ from ..core.clock import from_epoch
 from ..core.messages import is_expired, remaining_ttl
 from ..core.queues import QueueInfo
 from ..core.receipts import PopReceipt
-from .consumer import Consumer
+from .consumer import ACK_IF_HELD, Consumer
 from .timer_path import ROW
 
 ACK_CHUNK = 250  # receipts of one bucket read (``id IN``) and written (one batch) together
@@ -34,7 +35,7 @@ STALE = "stale"
 INVALID = "invalid"
 
 _VERSIONS = (
-    "SELECT id, version, acked, dead, enqueued_at FROM {ks}.messages "
+    "SELECT id, version, acked, dead, enqueued_at, grp FROM {ks}.messages "
     "WHERE queue_id = ? AND bucket = ? AND id IN ?"
 )
 # The statement of ``Consumer.change_visibility``, repeated in one conditional batch.
@@ -43,6 +44,7 @@ _CHANGE_ROW = (
     "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
 )
 _CHANGE_TEXT = f"BEGIN BATCH {_CHANGE_ROW}; ... APPLY BATCH"  # what the fault seam sees
+_ACK_HELD_TEXT = f"BEGIN BATCH {ACK_IF_HELD}; ... APPLY BATCH"  # what the fault seam sees
 _ACK = (
     "UPDATE {ks}.messages USING TTL ? SET acked = true WHERE queue_id = ? AND bucket = ? AND id = ?"
 )
@@ -173,6 +175,7 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
     ]
     writes = []
     done: list[PopReceipt] = []
+    held: list[tuple[int, list]] = []  # grouped messages, per bucket: acked by compare-and-set
     read_rows = [{row.id: row for row in read.result()} for read in reads]
     versions = {mid: row.version for rows in read_rows for mid, row in rows.items()}
     forged = never_issued(c, queue, versions, [r for _, part in parts for _, r in part])
@@ -188,6 +191,11 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
             if row is None or row.acked or row.dead or row.version != r.version:
                 results[i] = ReceiptResult(receipts[i], STALE, _stale(queue, r, _STALE_WHY))
                 continue
+            if row.grp is not None:
+                if not held or held[-1][0] != bucket:
+                    held.append((bucket, []))
+                held[-1][1].append((i, r, row))
+                continue
             key = (queue.queue_id, bucket, r.message_id)
             batch.add(c.conn.prepare(_ACK), (remaining_ttl(row, queue, now), *key))
             results[i] = ReceiptResult(receipts[i], OK)
@@ -196,11 +204,70 @@ def ack_many(c: Consumer, queue: QueueInfo, receipts: Sequence[str]) -> list[Rec
             writes.append(c.conn.execute_async(batch))  # one partition: one mutation
     for f in writes:
         f.result()
+    acked_groups: list[tuple[str, int]] = []
+    for bucket, entries in held:
+        won = _ack_held(c, queue, bucket, entries, now)
+        for i, r, row in entries:
+            if r.message_id in won:
+                results[i] = ReceiptResult(receipts[i], OK)
+                done.append(r)
+                acked_groups.append((row.grp, r.message_id))
+            else:
+                results[i] = ReceiptResult(receipts[i], STALE, _stale(queue, r, _STALE_WHY))
+    c.reader.heads.write_done(queue, acked_groups)
     for r in done:
         c.timers.acked(queue, r.message_id, r.version)
     if done:
         c.counters.add(queue, "acked", len(done))
     return [r for r in results if r is not None]
+
+
+def _acked_by(token: str) -> Callable[[Any], bool]:
+    """Whether a row read after a lost reply shows the ack that wrote ``token``."""
+    return lambda cur: cur is not None and bool(cur.acked) and cur.claimed_by == token
+
+
+def _ack_held(c: Consumer, queue: QueueInfo, bucket: int, entries: list, now: float) -> set[int]:
+    """Ack grouped messages of one bucket, each only while its receipt's delivery holds it
+    (``IF version = ?``, groups.py): one conditional batch (one Paxos round); if it does not
+    apply (a receipt went stale), one compare-and-set each. The ids acked."""
+    conn = c.conn
+    stmt = conn.prepare(ACK_IF_HELD)
+    read = ROW.format(cols="acked, claimed_by")
+
+    def params(r: PopReceipt, row, token: str) -> tuple:
+        key = (queue.queue_id, bucket, r.message_id)
+        return (remaining_ttl(row, queue, now), token, *key, r.version)
+
+    if len(entries) > 1:
+        token = uuid.uuid4().hex[:16]
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        for _i, r, row in entries:
+            batch.add(stmt, params(r, row, token))
+        batch.query_string = _ACK_HELD_TEXT
+        first = entries[0][1].message_id
+        res = conn.cas(
+            batch,
+            (),
+            read=read,
+            read_params=(queue.queue_id, bucket, first),
+            applied=lambda cur: cur is not None and bool(cur.acked) and cur.claimed_by == token,
+        )
+        if res.was_applied:
+            return {r.message_id for _i, r, _row in entries}
+    won = set()
+    for _i, r, row in entries:
+        token = uuid.uuid4().hex[:16]
+        res = conn.cas(
+            ACK_IF_HELD,
+            params(r, row, token),
+            read=read,
+            read_params=(queue.queue_id, bucket, r.message_id),
+            applied=_acked_by(token),
+        )
+        if res.was_applied:
+            won.add(r.message_id)
+    return won
 
 
 def change_visibility_many(

@@ -32,6 +32,13 @@ from ..upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_
 from .reader import OneAtATime, Reader
 from .timer_path import ROW, TimerPath
 
+# The ack of a grouped message: only while the receipt's delivery holds it.
+# ``claimed_by`` takes the ack's token: after a lost reply it tells this ack from another one.
+ACK_IF_HELD = (
+    "UPDATE {ks}.messages USING TTL ? SET acked = true, claimed_by = ? "
+    "WHERE queue_id = ? AND bucket = ? AND id = ? IF version = ? AND acked = null AND dead = null"
+)
+
 __all__ = [
     "HEADER_DELIVERY_COUNT",
     "HEADER_ORIGIN_ID",
@@ -71,21 +78,37 @@ class Consumer:
         message): a receipt that goes stale between the two (its message redelivered to
         another consumer in that instant) still acks. Nothing is lost by that, the old holder
         has processed the message; the new holder's ack then returns False. Two acks of one
-        receipt at once may both count."""
+        receipt at once may both count.
+
+        A grouped message is acked by a compare-and-set on its receipt's version (one Paxos
+        round): a stale receipt's ack would release the group's next message while the new
+        holder still processes this one (groups.py)."""
         r = PopReceipt.decode(receipt)
         r.check_queue(queue.queue_id, queue.name, receipt)
-        row = read_one(self.conn, queue, r.message_id, "version, acked, dead, enqueued_at")
+        row = read_one(self.conn, queue, r.message_id, "version, acked, dead, enqueued_at, grp")
         if row is None or row.acked or row.dead or row.version != r.version:
             return False
+        key = (queue.queue_id, bucket_of(r.message_id, queue.bucket_size), r.message_id)
+        ttl = remaining_ttl(row, queue, clock.now())
+        if row.grp is not None:
+            token = uuid.uuid4().hex[:16]
+            res = self.conn.cas(
+                ACK_IF_HELD,
+                (ttl, token, *key, r.version),
+                read=ROW.format(cols="acked, claimed_by"),
+                read_params=key,
+                applied=lambda cur: cur is not None and bool(cur.acked) and cur.claimed_by == token,
+            )
+            if not res.was_applied:
+                return False
+            self.counters.add(queue, "acked", 1)
+            self.reader.heads.write_done(queue, [(row.grp, r.message_id)])
+            self.timers.acked(queue, r.message_id, r.version)
+            return True
         write = self.conn.execute_async(
             "UPDATE {ks}.messages USING TTL ? SET acked = true "
             "WHERE queue_id = ? AND bucket = ? AND id = ?",
-            (
-                remaining_ttl(row, queue, clock.now()),
-                queue.queue_id,
-                bucket_of(r.message_id, queue.bucket_size),
-                r.message_id,
-            ),
+            (ttl, *key),
         )
         self.counters.add(queue, "acked", 1)
         write.result()

@@ -55,6 +55,7 @@ from ..store import faults
 from ..store.session import Connection
 from ..stream.lease import stream_busy
 from ..upkeep.ranges import record_skipped
+from .groups import GroupHeads
 from .timer_path import CONTENDED_SECONDS, MAX_LOST_CLAIMS, ROW, SCAN_COLUMNS, TimerPath
 
 log = logging.getLogger(__name__)
@@ -236,6 +237,7 @@ class Reader:
         self.timers = timer_path
         self.caches: dict[uuid.UUID, ReaderCache] = {}
         self._marked: set = set()
+        self.heads = GroupHeads(conn)
 
     # -- the scan -----------------------------------------------------------------------------
 
@@ -287,37 +289,52 @@ class Reader:
             )
             cache.view = (horizon, skipped)
         out: list[Message] = []
-        pos = start  # every id below this needs nothing more from the reader
+        at = start  # every id below this was read by this call (or needs nothing from it)
+        hold: int | None = None  # the first fresh message left unclaimed: the pointer stops there
+        gate = self.heads.gate(queue, now, skipped)
         lost = 0
         size: int | None = None
-        while len(out) < want and pos < horizon.safe_end and lost < SCAN_ROUNDS:
+        while len(out) < want and at < horizon.safe_end and lost < SCAN_ROUNDS:
             contended = now - cache.lost_race_at < CONTENDED_SECONDS
             size = rule.stretch(size, want - len(out), contended)
-            end = min(horizon.safe_end, pos + size)
-            candidates = [
-                row
-                for row in read_range(self.conn, queue, pos, end, SCAN_COLUMNS)
-                if is_candidate(row, skipped, queue, now)
-            ]
+            end = min(horizon.safe_end, at + size)
+            rows = list(read_range(self.conn, queue, at, end, SCAN_COLUMNS))
+            fresh = [row for row in rows if is_candidate(row, skipped, queue, now)]
+            # Of a group, only its first unfinished row, and only once its head let go of it.
+            candidates = gate.claimable(rows, fresh) if fresh else fresh
             if not candidates:
-                pos = end  # all handed off (or never written: released ids)
+                if fresh and hold is None:
+                    hold = fresh[0].id  # fresh, but its group is held: the pointer waits
+                gate.passed(rows, end)
+                at = end  # all handed off, held by their groups, or never written
                 continue
             try:
                 won, lost_now = rule.claim(queue, candidates, want - len(out), contended, now, vt)
             except QueueBusyError:
                 if not out:
                     raise
-                pos = candidates[0].id
+                hold = min(candidates[0].id, hold if hold is not None else candidates[0].id)
                 break  # a stream took the lease: keep what was claimed before, stop here
             out.extend(won)
-            pos = candidates[0].id if candidates else end  # the first one not claimed here
+            claimed = {m.id for m in won}
+            left = [row.id for row in fresh if row.id not in claimed]
             if lost_now:
                 cache.lost_race_at = now
                 lost += 1
                 size = None  # read the stretch afresh: the candidates read are stale
+                again = candidates[0].id if candidates else end
+                if left and left[0] < again and hold is None:
+                    hold = left[0]  # a held group's message below the stretch read again
+                gate.passed(rows, again)
+                at = again
                 continue
+            if left and hold is None:
+                hold = left[0]
+            gate.passed(rows, end)
+            at = end
             if candidates:
                 break  # enough: the pointer cannot move past an unclaimed message anyway
+        pos = at if hold is None else min(hold, at)
         self.move_reader(queue, cache, ptrs.reader, pos, now, force=not out)
         return out
 
@@ -383,7 +400,9 @@ class Reader:
         deliveries = (row.deliveries or 0) + 1
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
+        # So does a fresh grouped message's head (groups.py): whoever passes it finds it named.
         self._schedule(queue, due, row.id, now)
+        self.heads.write_heads(queue, [row])
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
@@ -435,7 +454,9 @@ class Reader:
         bucket = bucket_of(rows[0].id, queue.bucket_size)
         ids = [r.id for r in rows]
         # The timers go first: if we die right after the claim, the messages still come back.
+        # So do the heads of grouped messages (groups.py): whoever passes them finds them named.
         self._schedule_many(queue, due, ids, now)
+        self.heads.write_heads(queue, rows)
         # The first bodies are read alongside the claim (one round trip less; wasted only on a
         # lost race), the rest after it, one read at a time: no reply and no moment holds more
         # than messages.BODY_BUDGET_BYTES of the queue's largest messages, whatever the batch

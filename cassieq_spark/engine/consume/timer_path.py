@@ -28,7 +28,7 @@ CONTENDED_SECONDS = 1.0  # a message someone else just claimed is not looked at 
 # What scans need to decide; payloads are fetched only for the one message claimed, so a scan
 # costs the same for 1 MiB payloads as for 10-byte ones.
 SCAN_COLUMNS = (
-    "id, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead, moved"
+    "id, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead, moved, grp"
 )
 KEEPS_SECONDS = 60.0  # how long a client trusts "is a dead-letter queue" before reading again
 ROW = "SELECT {cols} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"

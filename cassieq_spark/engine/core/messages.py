@@ -37,9 +37,13 @@ BODY_BUDGET_BYTES = 16 * 1024 * 1024
 DEFAULT_PAGE_ROWS = 5000  # the driver's page size, for reads without bodies
 
 _INSERT = (
-    "INSERT INTO {ks}.messages (queue_id, bucket, id, payload, headers, enqueued_at, visible_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+    "INSERT INTO {ks}.messages "
+    "(queue_id, bucket, id, payload, headers, grp, enqueued_at, visible_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
 )
+# A message's group: the reserved header, also stored in the row's ``grp`` column (see
+# engine/consume/groups.py).
+HEADER_GROUP = validate.HEADER_GROUP
 
 COLUMNS = "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
 # Headers travel in the same mutation as the payload: together they must stay below
@@ -70,6 +74,11 @@ class Message:
     def text(self) -> str:
         return self.payload.decode("utf-8")
 
+    @property
+    def group(self) -> str | None:
+        """The message's group (header ``cassieq-group``), None for an ungrouped message."""
+        return self.headers.get(HEADER_GROUP)
+
     def as_dict(self) -> dict:
         try:
             payload = self.payload.decode("utf-8")
@@ -84,6 +93,7 @@ class Message:
             "payload": payload,
             "encoding": encoding,
             "headers": self.headers,
+            "group": self.group,
             "pop_receipt": self.pop_receipt,
             "delivery_count": self.delivery_count,
             "enqueued_at": self.enqueued_at.isoformat() if self.enqueued_at else None,
@@ -259,6 +269,7 @@ def write_messages(
     last_h: dict | None = None  # put_many and the sink often repeat one headers dict
     last_hb = UNSET_VALUE
     last_hn = 0
+    last_g = UNSET_VALUE  # the group (header HEADER_GROUP) in its own column, for the scans
     for bucket, lo, hi in split_by_bucket(first_id, first_id + n, size):
         bucket_b = pack64(bucket)
         batch: BatchStatement | None = None
@@ -272,6 +283,8 @@ def write_messages(
             if h is not last_h:
                 last_h, last_hb = h, (_map_bytes(h) if h else UNSET_VALUE)
                 last_hn = len(last_hb) if h else 0
+                g = h.get(HEADER_GROUP) if h else None
+                last_g = g.encode("utf-8") if g is not None else UNSET_VALUE
             data = payloads[i]
             # A batch is sized by all it carries: payloads plus headers (finding P10: batches
             # of rows each accepted alone went past the 16 MiB frame on headers).
@@ -282,6 +295,7 @@ def write_messages(
                 pack64(mid),
                 data,
                 last_hb,
+                last_g,
                 now_b,
                 visible_b,
                 ttl_b,

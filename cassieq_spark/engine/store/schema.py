@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -52,6 +52,22 @@ SERVICE_ACCOUNTS_MIGRATION: list[str] = [
     """CREATE TABLE IF NOT EXISTS {ks}.service_leases (
         name text PRIMARY KEY,
         owner text)""",
+]
+
+# Message groups (see engine/consume/groups.py): the group of a message in its own column, which
+# the scans read (they never read headers), and per group the last message a reader set out to
+# deliver (``head``) and the last one known finished (``done``), both written with the message
+# id as their timestamp so that the largest id wins without a Paxos round. One partition per
+# queue: a reader reads the heads of a stretch's groups in one query.
+GROUPS_MIGRATION: list[str] = [
+    "ALTER TABLE {ks}.messages ADD IF NOT EXISTS grp text",
+    """CREATE TABLE IF NOT EXISTS {ks}.group_heads (
+        queue_id uuid,
+        grp text,
+        head bigint,
+        done bigint,
+        PRIMARY KEY (queue_id, grp))
+        WITH default_time_to_live = 1209600""",
 ]
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
@@ -191,6 +207,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {ks}.queues ADD IF NOT EXISTS settings_version int",
         "ALTER TABLE {ks}.queues ADD IF NOT EXISTS updated_at timestamp",
     ],
+    # Message groups: ordered delivery per key, one message of a group in flight at a time.
+    10: GROUPS_MIGRATION,
 }
 
 

@@ -1,0 +1,220 @@
+"""What message groups cost: get_many + ack_many throughput of one consumer on a queue of
+grouped messages (1, 10 and 1,000 groups) against the same on ungrouped messages, in the same
+run, interleaved (unordered, 1, 10, 1,000, unordered, ...); and a group carrying half the
+traffic: the other groups' throughput with it against without it.
+
+Each scenario fills a fresh queue (100-byte messages, the groups interleaved at random), then
+one client loops ``get_many(100)`` + ``ack_many`` until the queue is drained or the time
+budget ends; the rate is messages acked per second. Statements and lightweight transactions
+per message are counted as in ``bench/engine.py`` (client side, by CQL text).
+
+    .venv/bin/python -m bench.groups [--messages 4000] [--repeats 2] [--seconds 20]
+
+Writes bench/results/groups-<stamp>.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+from cassieq_spark import QueueClient
+from cassieq_spark.engine.core.messages import HEADER_GROUP
+from cassieq_spark.engine.write.producer import enqueue
+
+from .engine import KEYSPACE, CountingSession
+
+HOT = "hot"
+
+
+def _fill(client: QueueClient, queue: str, names: list[str | None]) -> None:
+    info = client.get_queue(queue)
+    for at in range(0, len(names), 1000):
+        part = names[at : at + 1000]
+        headers = [{HEADER_GROUP: g} if g is not None else None for g in part]
+        enqueue(client.conn, client.counters, info, [b"x" * 100] * len(part), headers)
+
+
+def _names(messages: int, groups: int, hot_share: float, seed: int) -> list[str | None]:
+    rng = random.Random(seed)
+    hot = round(messages * hot_share)
+    rest = messages - hot
+    names: list[str | None] = [None] * rest
+    if groups:
+        names = [f"g{rng.randrange(groups)}" for _ in range(rest)]
+    names += [HOT] * hot
+    rng.shuffle(names)
+    return names
+
+
+def _consume(client: QueueClient, counter: CountingSession, queue: str, total: int, seconds: float):
+    """Drain ``queue`` with get_many(100) + ack_many for at most ``seconds``; per-group counts."""
+    s0, l0 = counter.snapshot()
+    done = 0
+    other = 0
+    other_at = None
+    empty = 0
+    t0 = time.perf_counter()
+    while done < total and time.perf_counter() - t0 < seconds:
+        got = client.get_many(queue, max_messages=100, visibility_timeout=60)
+        if not got:
+            empty += 1
+            if empty > 20:
+                break
+            continue
+        empty = 0
+        results = client.ack_many(queue, [str(m.pop_receipt) for m in got])
+        acked = sum(1 for r in results if r.ok)
+        done += acked
+        other += sum(1 for m in got if m.group != HOT)
+        other_at = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    s1, l1 = counter.snapshot()
+    return {
+        "acked": done,
+        "seconds": round(elapsed, 3),
+        "per_second": round(done / elapsed, 1) if elapsed else None,
+        "others_acked": other,
+        "others_per_second": round(other / elapsed, 1) if elapsed else None,
+        "others_last_at": round(other_at, 3) if other_at else None,
+        "statements_per_message": round((s1 - s0) / max(1, done), 3),
+        "lwt_per_message": round((l1 - l0) / max(1, done), 3),
+    }
+
+
+SCENARIOS = [
+    # (name, groups, hot share)
+    ("unordered", 0, 0.0),
+    ("1 group", 1, 0.0),
+    ("10 groups", 10, 0.0),
+    ("1,000 groups", 1000, 0.0),
+    ("1,000 groups, without the hot group", 1000, 0.0),
+    ("1,000 groups + a hot group with half the traffic", 1000, 0.5),
+]
+
+
+def run(client: QueueClient, counter: CountingSession, messages: int, repeats: int, seconds: float):
+    raw: dict[str, list[dict]] = {name: [] for name, _, _ in SCENARIOS}
+    for rep in range(repeats):
+        for name, groups, hot in SCENARIOS:
+            queue = f"bgroups_{uuid.uuid4().hex[:10]}"
+            client.create_queue(queue, visibility_timeout=60)
+            # the hot scenario's other groups carry as many messages as without it
+            n = messages * 2 if hot else messages
+            names = _names(n, groups, hot, seed=rep)
+            _fill(client, queue, names)
+            r = _consume(client, counter, queue, len(names), seconds)
+            r["messages"] = len(names)
+            raw[name].append(r)
+            client.delete_queue(queue)
+    out: dict[str, dict] = {}
+    for name, runs in raw.items():
+        out[name] = {
+            "per_second_median": statistics.median(r["per_second"] or 0 for r in runs),
+            "others_per_second_median": statistics.median(
+                r["others_per_second"] or 0 for r in runs
+            ),
+            "runs": runs,
+        }
+    base: float = out["unordered"]["per_second_median"]
+    for name in out:
+        out[name]["vs_unordered"] = (
+            round(out[name]["per_second_median"] / base, 3) if base else None
+        )
+    without: float = out["1,000 groups, without the hot group"]["others_per_second_median"]
+    with_hot: float = out["1,000 groups + a hot group with half the traffic"][
+        "others_per_second_median"
+    ]
+    ratios = {
+        "ordered_1000_vs_unordered": out["1,000 groups"]["vs_unordered"],
+        "others_with_hot_vs_without": round(with_hot / without, 3) if without else None,
+    }
+    return out, ratios
+
+
+def suite(cfg) -> dict:
+    """The suite ``groups`` of ``bench.run`` (a BenchConfig): quick 2,000 messages, full 10,000."""
+    client = QueueClient.connect(cfg.contact_points, cfg.port, keyspace=f"{cfg.keyspace}_groups")
+    client.bootstrap(create_keyspace=True)
+    counter = CountingSession(client.conn.session)
+    client.conn.session = counter
+    try:
+        messages = 2000 if cfg.quick else 10_000
+        scenarios, ratios = run(client, counter, messages, cfg.repeats, 20.0 if cfg.quick else 60.0)
+    finally:
+        client.close()
+    return {"messages": messages, "scenarios": scenarios, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=4000)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=20.0, help="time budget per scenario")
+    ap.add_argument("--contact-points", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=9042)
+    # a keyspace of its own: its schema version is this branch's, not the shared bench one's
+    ap.add_argument("--keyspace", default=f"{KEYSPACE}_groups")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+    load_start = os.getloadavg()
+    client = QueueClient.connect(args.contact_points, args.port, keyspace=args.keyspace)
+    client.bootstrap(create_keyspace=True)
+    counter = CountingSession(client.conn.session)
+    client.conn.session = counter
+    try:
+        scenarios, ratios = run(client, counter, args.messages, args.repeats, args.seconds)
+    finally:
+        client.close()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d_%H%M%S")
+    result = {
+        "date": stamp,
+        "messages": args.messages,
+        "repeats": args.repeats,
+        "seconds_budget": args.seconds,
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "scenarios": scenarios,
+        "ratios": ratios,
+    }
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"groups-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"# Message groups, get_many(100) + ack_many, one consumer ({stamp})",
+        "",
+        f"{args.messages} messages per scenario (twice that with the hot group), {args.repeats} "
+        f"repeats interleaved, at most {args.seconds:g} s each; load average "
+        f"{result['load_average_start'][0]} -> {result['load_average_end'][0]}.",
+        "",
+        "| scenario | msg/s (median) | vs unordered | other groups' msg/s | stmts/msg | LWT/msg |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in scenarios.items():
+        last = s["runs"][-1]
+        lines.append(
+            f"| {name} | {s['per_second_median']:.1f} | {s['vs_unordered']} | "
+            f"{s['others_per_second_median']:.1f} | {last['statements_per_message']} | "
+            f"{last['lwt_per_message']} |"
+        )
+    lines += [
+        "",
+        f"- 1,000 groups / unordered: **{ratios['ordered_1000_vs_unordered']}** (goal >= 0.5)",
+        f"- other groups with a hot group / without: **{ratios['others_with_hot_vs_without']}** "
+        "(goal >= 0.8)",
+        "",
+    ]
+    (out_dir / f"groups-{stamp}.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""Consumer *processes* on a queue of message groups, each logging every delivery and ack with
+timestamps to a file of its own (flushed per line, so a consumer killed with SIGKILL leaves its
+log up to the kill), and the count that proves the groups' invariants from those logs:
+
+- every message is acked exactly once, and no (id, receipt version) is handed out twice;
+- for every group, the deliveries in time order carry non-decreasing ids, each id in one
+  unbroken run (a redelivery of the head comes before the next message, never after it), and
+  the run of ids is the group's ids in id order;
+- no two deliveries of one group overlap. A delivery's window is an inner bound of the time
+  its consumer held the message: from just after ``get``/``get_many`` returned (the claim was
+  made before) to the earlier of just before ``ack`` was called and (just before the get was
+  called + the visibility timeout). A window of a group that starts before the previous
+  window of that group ended is a second message of the group in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cassieq_spark import QueueClient
+from cassieq_spark.engine.core.messages import HEADER_GROUP
+from cassieq_spark.engine.core.receipts import PopReceipt
+from cassieq_spark.engine.write.producer import enqueue
+
+
+def fill(client: QueueClient, queue: str, groups: int, per_group: int, seed: int) -> dict:
+    """``groups * per_group`` messages, the groups interleaved at random, in put_many calls of
+    up to 500 (their ids in list order); plus a few ungrouped ones. Returns id -> group (None
+    for ungrouped)."""
+    rng = random.Random(seed)
+    names = [f"g{i:04d}" for i in range(groups) for _ in range(per_group)]
+    rng.shuffle(names)
+    names += [None] * max(1, len(names) // 50)
+    rng.shuffle(names)
+    info = client.get_queue(queue)
+    out: dict = {}
+    for at in range(0, len(names), 500):
+        part = names[at : at + 500]
+        headers = [{HEADER_GROUP: g} if g is not None else None for g in part]
+        payloads = [f"{at + i}".encode() for i in range(len(part))]
+        ids = enqueue(client.conn, client.counters, info, payloads, headers)
+        out.update(zip(ids, part, strict=True))
+    return out
+
+
+def consume(
+    options: dict,
+    queue: str,
+    who: int,
+    log_path: str,
+    vt: float,
+    lost_replies: bool = False,
+    seed: int = 0,
+    idle_seconds: float = 6.0,
+    deadline: float = 300.0,
+) -> None:
+    """Receive until nothing came for ``idle_seconds`` (longer than the visibility timeout, so
+    expired deliveries come back first); alternate ``get_many`` and ``get``; leave every 17th
+    first delivery unacked (it expires and comes back); work on a message 5 to 25 ms.
+    With ``lost_replies`` every compare-and-set of this process applies and loses its reply."""
+    if lost_replies:
+        from cassieq_spark.engine.store import faults
+
+        os.environ[faults.ENV] = "lost-reply"
+        faults.reset()
+    rng = random.Random(seed * 1000 + who)
+    end = time.monotonic() + deadline
+    last = time.monotonic()
+    with open(log_path, "a", buffering=1) as out, QueueClient.from_options(options) as client:
+        turn = 0
+        while time.monotonic() < end and time.monotonic() - last < idle_seconds:
+            turn += 1
+            t0 = time.time()
+            if turn % 3 == 0:
+                one = client.get(queue, visibility_timeout=vt)
+                got = [one] if one is not None else []
+            else:
+                got = client.get_many(
+                    queue, max_messages=rng.choice((5, 20, 50)), visibility_timeout=vt
+                )
+            t1 = time.time()
+            if not got:
+                time.sleep(0.05)
+                continue
+            last = time.monotonic()
+            for m in got:
+                version = PopReceipt.decode(m.pop_receipt).version
+                out.write(json.dumps(["D", m.id, m.group, version, t0, t1, who]) + "\n")
+            for m in got:
+                time.sleep(rng.uniform(0.005, 0.025))
+                version = PopReceipt.decode(m.pop_receipt).version
+                if m.delivery_count == 1 and m.id % 17 == 0:
+                    continue  # never acked: expires, comes back (maybe to another consumer)
+                a0 = time.time()
+                out.write(json.dumps(["a", m.id, version, a0, who]) + "\n")
+                ok = client.ack(queue, m.pop_receipt)
+                out.write(json.dumps(["A", m.id, version, a0, time.time(), ok, who]) + "\n")
+
+
+@dataclass
+class Counted:
+    deliveries: int
+    redeliveries: int
+    acks: int
+    groups: int
+    per_consumer: dict
+
+
+def read_logs(paths: list[Path]) -> tuple[list, dict]:
+    """Deliveries ``(id, group, version, t0, t1, who)`` and acks ``(id, version) -> (a0, ok)``
+    from the consumers' logs (a line cut by a SIGKILL is left out). An ack a SIGKILL cut short
+    (started, no outcome logged) has ``ok`` None: it may have applied."""
+    deliveries, acks = [], {}
+    for p in paths:
+        for line in p.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the last line of a killed consumer
+            if rec[0] == "D":
+                deliveries.append(tuple(rec[1:]))
+            elif rec[0] == "a":
+                acks.setdefault((rec[1], rec[2]), (rec[3], None))
+            else:
+                _, mid, version, a0, _a1, ok, _who = rec
+                acks[(mid, version)] = (a0, ok)
+    return deliveries, acks
+
+
+def check(groups_of: dict, deliveries: list, acks: dict, vt: float) -> Counted:
+    """Assert the invariants of the module docstring; the counts."""
+    handed = collections.Counter((d[0], d[2]) for d in deliveries)
+    twice = [k for k, n in handed.items() if n > 1]
+    assert not twice, f"(id, version) handed out twice: {twice[:5]}"
+    acked = collections.Counter(mid for (mid, _v), (_a0, ok) in acks.items() if ok)
+    maybe = {mid for (mid, _v), (_a0, ok) in acks.items() if ok is None}
+    assert set(acked) | maybe >= set(groups_of), (
+        f"never acked: {sorted(set(groups_of) - set(acked) - maybe)[:10]}"
+    )
+    assert set(acked) <= set(groups_of), f"unknown: {sorted(set(acked) - set(groups_of))[:10]}"
+    assert max(acked.values()) == 1, f"acked twice: {[m for m, n in acked.items() if n > 1][:5]}"
+    by_group = collections.defaultdict(list)
+    for mid, group, version, t0, t1, who in deliveries:
+        assert group == groups_of[mid], (mid, group, groups_of[mid])
+        if group is None:
+            continue
+        ack = acks.get((mid, version))
+        # an ack that applied, or may have (cut short by a SIGKILL), ends the window
+        ends = [t0 + vt] + ([ack[0]] if ack is not None and ack[1] is not False else [])
+        by_group[group].append((t1, min(ends), mid, version, who))
+    expected = collections.defaultdict(list)
+    for mid, group in sorted(groups_of.items()):
+        if group is not None:
+            expected[group].append(mid)
+    assert set(by_group) == set(expected)
+    for group, windows in by_group.items():
+        windows.sort(key=lambda w: (w[0], w[3]))
+        runs = [
+            mid
+            for i, (_s, _e, mid, _v, _w) in enumerate(windows)
+            if i == 0 or windows[i - 1][2] != mid
+        ]
+        assert runs == expected[group], (
+            f"group {group}: delivered in the order {runs}, ids {expected[group]}"
+        )
+        for a, b in zip(windows, windows[1:], strict=False):
+            assert b[0] >= a[1], f"group {group}: {b} delivered while {a} was held"
+    return Counted(
+        deliveries=len(deliveries),
+        redeliveries=sum(1 for d in deliveries if d[2] > 1),
+        acks=sum(acked.values()),
+        groups=len(by_group),
+        per_consumer=dict(collections.Counter(d[5] for d in deliveries)),
+    )
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
