@@ -33,7 +33,7 @@ from .consume_loop import AsyncConsumeLoop
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.core import queues
 from .engine.core.messages import Message
-from .engine.core.queues import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_SETTINGS, QueueInfo
+from .engine.core.queues import QueueInfo
 from .engine.upkeep.moves import MoveReport
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.repair import RepairReport
@@ -130,15 +130,17 @@ class AsyncQueueClient:
     async def create_queue(
         self,
         name: str,
-        bucket_size: int = DEFAULT_SETTINGS.bucket_size,
-        max_delivery_count: int = DEFAULT_SETTINGS.max_delivery_count,
-        visibility_timeout: float = DEFAULT_SETTINGS.visibility_timeout,
-        repair_timeout: float = DEFAULT_SETTINGS.repair_timeout,
-        dead_letter_queue: str | None = None,
-        message_ttl: int | None = None,
+        bucket_size: int = queues.UNSET,
+        max_delivery_count: int = queues.UNSET,
+        visibility_timeout: float = queues.UNSET,
+        repair_timeout: float = queues.UNSET,
+        dead_letter_queue: str | None = queues.UNSET,
+        message_ttl: int | None = queues.UNSET,
         exist_ok: bool = False,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_payload_bytes: int = queues.UNSET,
     ) -> QueueInfo:
+        """:meth:`QueueClient.create_queue`: a setting left out is not compared with an
+        existing queue's (``exist_ok``)."""
         return await self._run(
             "create_queue",
             name,

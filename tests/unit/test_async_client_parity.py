@@ -15,6 +15,10 @@ SYNC_ONLY = {
 }
 
 
+# Defaults that differ on purpose: the async worker runs handlers as tasks, not threads.
+OWN_DEFAULTS = {("worker", "concurrency")}
+
+
 def _public(cls: type) -> dict[str, inspect.Signature]:
     return {
         name: inspect.signature(fn)
@@ -35,3 +39,10 @@ def test_each_async_method_takes_the_same_parameters(name: str) -> None:
     if asyn is None:
         pytest.fail(f"AsyncQueueClient lacks {name}")
     assert list(asyn.parameters) == list(sync.parameters), name
+    for param in sync.parameters.values():
+        if (name, param.name) in OWN_DEFAULTS:
+            continue
+        other = asyn.parameters[param.name].default
+        # UNSET sentinels are compared by identity: a default value in their place would make
+        # a setting left out look given (create_queue(exist_ok=True) compares what is given).
+        assert other is param.default or other == param.default, (name, param.name)
