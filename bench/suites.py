@@ -110,6 +110,7 @@ def run_engine(cfg: BenchConfig) -> dict:
             "--port", str(cfg.port),
             "--keyspace", cfg.keyspace,
             "--out", out_dir,
+            "--repeats", str(cfg.repeats),
         ]  # fmt: skip
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):

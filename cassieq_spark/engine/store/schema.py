@@ -199,8 +199,15 @@ MIGRATIONS: dict[int, list[str]] = {
     # under a server-side secret that is never stored in Cassandra (reading the table gives no
     # usable key), and the lease that lets one service instance at a time run repair.
     8: SERVICE_ACCOUNTS_MIGRATION,
+    # Queue settings that change after creation (``queues.update_queue``): each update is a
+    # compare-and-set on ``settings_version``, so an update that checked the settings it read
+    # (a dead-letter chain without a cycle) never writes over one that changed them since;
+    # ``updated_at`` says when they last changed. A row without them was never updated.
+    9: [
+        "ALTER TABLE {ks}.queues ADD IF NOT EXISTS settings_version int",
+        "ALTER TABLE {ks}.queues ADD IF NOT EXISTS updated_at timestamp",
+    ],
     # Message groups: ordered delivery per key, one message of a group in flight at a time.
-    # (Version 9 is the queue settings' and deduplication's.)
     10: GROUPS_MIGRATION,
 }
 
