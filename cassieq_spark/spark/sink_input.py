@@ -35,7 +35,7 @@ from ..engine.core.queues import QueueInfo
 from ..engine.write.keyed_write import Slice
 from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
-from .schema import SINK_COLUMNS, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
+from .schema import SINK_COLUMNS, SINK_DEDUP, SINK_DELAY, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 
@@ -54,6 +54,7 @@ class InputLayout:
     headers: int | None
     delay: int | None
     queue: int | None = None  # the row's destination; None: every row goes to option 'queue'
+    dedup: int | None = None  # the row's deduplication id (column `dedupId`)
 
 
 def _type_name(t: DataType) -> str:
@@ -64,7 +65,7 @@ def check_input_schema(schema: StructType) -> InputLayout:
     """Fail before anything is written if the input has columns the sink cannot take."""
     allowed = (
         "value (string or binary, required), headers (map<string,string>), delay (double), "
-        "queue (string: the row's queue)"
+        "queue (string: the row's queue), dedupId (string: the row's deduplication id)"
     )
     names = [f.name.lower() for f in schema.fields]
     if SINK_VALUE not in names:
@@ -111,12 +112,19 @@ def check_input_schema(schema: StructType) -> InputLayout:
             raise ConfigError(
                 f"column 'queue' must be string (the name of the row's queue), got {_type_name(t)}"
             )
+    if SINK_DEDUP in found:
+        t = schema.fields[found[SINK_DEDUP]].dataType
+        if not isinstance(t, StringType):
+            raise ConfigError(
+                f"column 'dedupId' must be string (the row's deduplication id), got {_type_name(t)}"
+            )
     return InputLayout(
         found[SINK_VALUE],
         isinstance(value_type, StringType),
         found.get(SINK_HEADERS),
         found.get(SINK_DELAY),
         found.get(SINK_QUEUE),
+        found.get(SINK_DEDUP),
     )
 
 
@@ -149,6 +157,17 @@ def _headers(h: dict | None, check: InputCheck, position: int) -> dict | None:
         return validate.headers(h)
     except ConfigError as exc:
         raise type(exc)(f"column 'headers' at {check.where(position)}: {exc}") from None
+
+
+def _dedup_ids(values: list, check: InputCheck, base: int) -> list[str | None] | None:
+    """A slice's deduplication ids, each checked (null: the row has none); None when no row
+    has one."""
+    if all(v is None for v in values):
+        return None
+    return [
+        None if v is None else validate.dedup_id(v, f"column 'dedupId' at {check.where(base + i)}")
+        for i, v in enumerate(values)
+    ]
 
 
 def _first_true(mask: pa.Array) -> int:
@@ -280,7 +299,10 @@ def arrow_slices(check: InputCheck, batches: Iterable[pa.RecordBatch]) -> Iterat
                 )
             if pc.max(d).as_py() > 0:
                 delays = d.to_pylist()
-        yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests)
+        dedup = None
+        if layout.dedup is not None:
+            dedup = _dedup_ids(rb.column(layout.dedup).to_pylist(), check, base)
+        yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests, dedup)
         base += rb.num_rows
 
 
@@ -297,6 +319,9 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
     delays: list[float] | None = [] if di is not None else None
     sizes: list[int] = []
     any_delay = False
+    ui = layout.dedup
+    dedup: list = []
+    start = 0  # position of the slice's first row
     for pos, row in enumerate(rows):
         v = row[vi]
         if v is None:
@@ -333,12 +358,17 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
                 )
             any_delay = any_delay or d > 0
             delays.append(d)
+        if ui is not None:
+            dedup.append(row[ui])
         if len(payloads) >= ROWS_PER_SLICE:
-            yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)
+            ids = _dedup_ids(dedup, check, start) if ui is not None else None
+            yield Slice(payloads, headers, delays if any_delay else None, sizes, dests, ids)
+            dedup, start = [], pos + 1
             payloads, sizes = [], []
             dests = [] if router is not None else None
             headers = [] if hi_ is not None else None
             delays = [] if di is not None else None
             any_delay = False
     if payloads:
-        yield Slice(payloads, headers, delays if any_delay else None, sizes, dests)
+        ids = _dedup_ids(dedup, check, start) if ui is not None else None
+        yield Slice(payloads, headers, delays if any_delay else None, sizes, dests, ids)
