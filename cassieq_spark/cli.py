@@ -88,12 +88,14 @@ limits (the same in the Python client, the Spark options and the repair job):
   get --max  1 to {MAX_BATCH}     get --wait  0 to {MAX_WAIT_SECONDS:g} s
   --max-delivery-count  1 to {MAX_DELIVERY_COUNT}        --bucket-size  1 to {MAX_BUCKET_SIZE}
   payload       up to the queue's max_payload_bytes (default 1 MiB, at most 15 MiB)
-  headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (Python client, Spark sink)
+  headers       at most {MAX_HEADERS_COUNT} entries and {MAX_HEADERS_BYTES} bytes (put --header, Python client, Spark sink)
+  --dedup-id    1-128 printable ASCII characters, no spaces; the same id within 5 minutes enqueues once
+  --url         cassieq://[user@]host[,host...][:port]/keyspace (no password: --password-file)
   --replication-factor  1 to {MAX_REPLICATION_FACTOR}, and no more than the cluster's nodes can serve
   stats --interval  {MIN_WATCH_INTERVAL_SECONDS:g} to {MAX_WATCH_INTERVAL_SECONDS:g} s (default {DEFAULT_WATCH_INTERVAL:g})   stats --count  >= 1
   --replication  JSON map: SimpleStrategy + replication_factor, or NetworkTopologyStrategy + replicas per data center (1 to {MAX_REPLICATION_FACTOR} each)
 
-connection flags fall back to CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
+connection flags fall back to CASSIEQ_URL, CASSIEQ_CONTACT_POINTS, CASSIEQ_PORT, CASSIEQ_KEYSPACE,
 CASSIEQ_LOCAL_DC, CASSIEQ_USERNAME, CASSIEQ_PASSWORD (or CASSIEQ_PASSWORD_FILE), CASSIEQ_SSL,
 CASSIEQ_SSL_CA_FILE, CASSIEQ_SSL_CERT_FILE, CASSIEQ_SSL_KEY_FILE, CASSIEQ_SSL_VERIFY, CASSIEQ_CONSISTENCY.
 """

@@ -1,6 +1,7 @@
-"""The batch API v2 under ``/api/v2/accounts/{account}/queues/{queue}``: batch receive with
-long polling, batch ack and batch visibility change with a result per entry, stats, redrive,
-purge; the same accounts and auth as v1. ``GET /api/v2/openapi.json`` describes it and
+"""The batch API v2 under ``/api/v2/accounts/{account}/queues/{queue}``: batch put (with
+deduplication ids), batch receive with long polling, batch ack and batch visibility change with
+a result per entry, a change of the queue's settings, stats, redrive, purge; the same accounts
+and auth as v1. ``GET /api/v2/openapi.json`` describes it and
 ``GET /api/v2/docs`` renders that description as a page.
 """
 
@@ -15,10 +16,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from .. import validate
+from ..client import PutEntry
 from ..engine.consume.batch_ack import ReceiptResult
 from ..engine.core.messages import Message
-from ..engine.core.queues import QueueInfo
-from ..errors import QueueNotFoundError
+from ..engine.core.queues import UNSET, QueueInfo
+from ..errors import ConfigError, QueueNotFoundError
 from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
 from . import inputs, names
 from .responses import invalid, json_response, not_found_queue
@@ -109,6 +112,136 @@ async def visibility(request: Request) -> Response:
         lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility"
     )
     return json_response({"results": [result_json(r) for r in results]})
+
+
+def _put_entry(i: int, entry: Any) -> PutEntry:
+    where = f"messages[{i}]"
+    if not isinstance(entry, dict) or not isinstance(entry.get("message"), str):
+        raise invalid(
+            f"{where} must be {{message, encoding?, headers?, delaySeconds?, dedupId?, group?}}",
+            422,
+        )
+    unknown = sorted(
+        set(entry) - {"message", "encoding", "headers", "delaySeconds", "dedupId", "group"}
+    )
+    if unknown:
+        raise invalid(f"{where} has an unknown field {unknown[0]!r}", 422)
+    encoding = entry.get("encoding", "utf-8")
+    payload: bytes | str = entry["message"]
+    if encoding == "base64":
+        try:
+            payload = base64.b64decode(entry["message"], validate=True)
+        except ValueError:
+            raise invalid(f"{where}.message is not base64", 422) from None
+    elif encoding != "utf-8":
+        raise invalid(f"{where}.encoding must be 'utf-8' or 'base64', got {encoding!r}", 422)
+    delay = inputs.field_int(entry, "delaySeconds", 0, 0, MAX_SECONDS) or 0
+    dedup = entry.get("dedupId")
+    if dedup is not None:
+        try:
+            dedup = validate.dedup_id(dedup, f"{where}.dedupId")
+        except ConfigError as exc:
+            raise invalid(str(exc), 422) from None
+    group = entry.get("group")
+    if group is not None:
+        try:
+            group = validate.group(group, f"{where}.group")
+        except ConfigError as exc:
+            raise invalid(str(exc), 422) from None
+    return PutEntry(payload, entry.get("headers"), float(delay), dedup, group)
+
+
+async def put(request: Request) -> Response:
+    """Put many messages, each with optional headers, delay, deduplication id (a put of an id
+    within 5 minutes of the first returns the first put's id and enqueues nothing) and message
+    group, in one write; answered once every message is written."""
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "p", request.path_params["queue"])
+    body = inputs.object_body(
+        await inputs.body(request, service.config.max_body_bytes), "the messages"
+    )
+    entries = [_put_entry(i, e) for i, e in enumerate(_list(body, "messages"))]
+    info = await queue_info(service, request, account, "putMessages")
+    ids = await service.call(lambda c: c.put_batch(info.name, entries), "putMessages")
+    return json_response({"ids": ids, "messageTags": [message_tag(info, i) for i in ids]})
+
+
+# The body fields of a settings change and the update_queue argument each one sets.
+SETTING_FIELDS = {
+    "visibilityTimeoutSeconds": "visibility_timeout",
+    "maxDeliveryCount": "max_delivery_count",
+    "dlqName": "dead_letter_queue",
+    "messageTtlSeconds": "message_ttl",
+    "maxPayloadBytes": "max_payload_bytes",
+}
+
+
+def settings_json(account: str, queue: str, info: QueueInfo) -> dict[str, Any]:
+    dlq = info.dead_letter_queue
+    if dlq is not None:
+        owner = names.split(dlq)
+        dlq = owner[1] if owner is not None and owner[0] == account else dlq
+    return {
+        "queueName": queue,
+        "bucketSize": info.bucket_size,
+        "visibilityTimeoutSeconds": info.visibility_timeout,
+        "maxDeliveryCount": info.max_delivery_count,
+        "dlqName": dlq,
+        "messageTtlSeconds": info.message_ttl,
+        "maxPayloadBytes": info.max_payload_bytes,
+        "settingsVersion": info.settings_version,
+        "updatedAt": info.updated_at.isoformat() if info.updated_at else None,
+    }
+
+
+async def update_settings(request: Request) -> Response:
+    """Change settings of the queue while it is in use (``update_queue``): fields left out are
+    kept, ``dlqName``/``messageTtlSeconds`` null remove them; from each message's next delivery
+    on (a new TTL and payload limit: for messages put from then on)."""
+    service: Service = request.app.state.service
+    account = await authorize(request, service, "c", request.path_params["queue"])
+    body = inputs.object_body(
+        await inputs.body(request, service.config.max_body_bytes), "the settings"
+    )
+    unknown = sorted(set(body) - set(SETTING_FIELDS))
+    if unknown:
+        raise invalid(
+            f"setting {unknown[0]!r} cannot be changed; the fields are {', '.join(SETTING_FIELDS)}",
+            422,
+        )
+    changes: dict[str, Any] = {}
+    for field, arg in SETTING_FIELDS.items():
+        if field not in body:
+            continue
+        value = body[field]
+        if field == "dlqName" and value is not None:
+            if not isinstance(value, str):
+                raise invalid(f"dlqName must be a string or null, got {value!r}", 422)
+            inputs.check_queue(account, value, "dlqName")
+            value = names.engine_name(account, value)
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
+            raise invalid(f"{field} must be a number, got {value!r}", 422)
+        changes[arg] = value
+    info = await queue_info(service, request, account, "updateQueue")
+
+    def update(c) -> QueueInfo:
+        try:
+            return c.update_queue(
+                info.name, **{k: changes.get(k, UNSET) for k in SETTING_FIELDS.values()}
+            )
+        except QueueNotFoundError:
+            if "dead_letter_queue" in changes:
+                raise invalid(
+                    f"dlqName {body['dlqName']!r}: no such queue in account {account!r}; "
+                    "create it first",
+                    422,
+                ) from None
+            raise
+        except ConfigError as exc:
+            raise invalid(str(exc).replace(info.name, request.path_params["queue"]), 422) from None
+
+    updated = await service.call(update, "updateQueue")
+    return json_response(settings_json(account, request.path_params["queue"], updated))
 
 
 async def stats(request: Request) -> Response:
@@ -228,7 +361,60 @@ def openapi() -> dict[str, Any]:
         },
         "security": [{"key": []}],
         "paths": {
+            PREFIX: {
+                "patch": op(
+                    "Change the queue's settings while in use; fields left out are kept, "
+                    "null dlqName/messageTtlSeconds remove them",
+                    "c",
+                    json_ok,
+                    requestBody=body(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "visibilityTimeoutSeconds": {"type": "number"},
+                                "maxDeliveryCount": {"type": "integer"},
+                                "dlqName": {"type": ["string", "null"]},
+                                "messageTtlSeconds": {"type": ["integer", "null"]},
+                                "maxPayloadBytes": {"type": "integer"},
+                            },
+                        }
+                    ),
+                )
+            },
             PREFIX + "/messages": {
+                "post": op(
+                    "Put up to 1,000 messages; a dedupId put again within 5 minutes returns "
+                    "the first put's id and enqueues nothing",
+                    "p",
+                    json_ok,
+                    requestBody=body(
+                        {
+                            "type": "object",
+                            "required": ["messages"],
+                            "properties": {
+                                "messages": {
+                                    "type": "array",
+                                    "maxItems": MAX_BATCH,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["message"],
+                                        "properties": {
+                                            "message": {"type": "string"},
+                                            "encoding": {"enum": ["utf-8", "base64"]},
+                                            "headers": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                            "delaySeconds": {"type": "integer", "minimum": 0},
+                                            "dedupId": {"type": "string"},
+                                            "group": {"type": "string"},
+                                        },
+                                    },
+                                }
+                            },
+                        }
+                    ),
+                ),
                 "get": op(
                     "Receive up to max messages, waiting up to waitSeconds for a first one",
                     "r",
@@ -240,7 +426,7 @@ def openapi() -> dict[str, Any]:
                             "invisibilityTimeSeconds", 1, MAX_SECONDS, None, "default: the queue's"
                         ),
                     ],
-                )
+                ),
             },
             PREFIX + "/messages/ack": {
                 "post": op(
@@ -347,7 +533,9 @@ async def docs(request: Request) -> Response:
 ROUTES = [
     Route("/api/v2/openapi.json", openapi_json, methods=["GET"]),
     Route("/api/v2/docs", docs, methods=["GET"]),
+    Route(PREFIX, update_settings, methods=["PATCH"]),
     Route(PREFIX + "/messages", receive, methods=["GET"]),
+    Route(PREFIX + "/messages", put, methods=["POST"]),
     Route(PREFIX + "/messages/ack", ack, methods=["POST"]),
     Route(PREFIX + "/messages/visibility", visibility, methods=["POST"]),
     Route(PREFIX + "/stats", stats, methods=["GET"]),

@@ -43,4 +43,5 @@ SINK_HEADERS = "headers"
 SINK_DELAY = "delay"
 SINK_QUEUE = "queue"  # a row's destination, overriding option 'queue' (Kafka's 'topic')
 SINK_GROUP = "group"  # the row's message group (docs/groups.md); null: no group
-SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY, SINK_QUEUE, SINK_GROUP)
+SINK_DEDUP = "dedupid"  # column `dedupId`: the row's deduplication id (names are case-blind)
+SINK_COLUMNS = (SINK_VALUE, SINK_HEADERS, SINK_DELAY, SINK_QUEUE, SINK_GROUP, SINK_DEDUP)

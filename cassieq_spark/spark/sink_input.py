@@ -36,7 +36,15 @@ from ..engine.core.queues import QueueInfo
 from ..engine.write.keyed_write import Slice
 from ..errors import ConfigError, PayloadTooLargeError, QueueNotFoundError
 from ..validate import MAX_DELAY_SECONDS
-from .schema import SINK_COLUMNS, SINK_DELAY, SINK_GROUP, SINK_HEADERS, SINK_QUEUE, SINK_VALUE
+from .schema import (
+    SINK_COLUMNS,
+    SINK_DEDUP,
+    SINK_DELAY,
+    SINK_GROUP,
+    SINK_HEADERS,
+    SINK_QUEUE,
+    SINK_VALUE,
+)
 
 ROWS_PER_SLICE = 2048  # the row writer hands rows on in slices of this many
 
@@ -56,6 +64,7 @@ class InputLayout:
     delay: int | None
     queue: int | None = None  # the row's destination; None: every row goes to option 'queue'
     group: int | None = None  # the row's message group
+    dedup: int | None = None  # the row's deduplication id (column `dedupId`)
 
 
 def _type_name(t: DataType) -> str:
@@ -66,7 +75,8 @@ def check_input_schema(schema: StructType) -> InputLayout:
     """Fail before anything is written if the input has columns the sink cannot take."""
     allowed = (
         "value (string or binary, required), headers (map<string,string>), delay (double), "
-        "queue (string: the row's queue), group (string: the row's message group)"
+        "queue (string: the row's queue), group (string: the row's message group), "
+        "dedupId (string: the row's deduplication id)"
     )
     names = [f.name.lower() for f in schema.fields]
     if SINK_VALUE not in names:
@@ -119,6 +129,12 @@ def check_input_schema(schema: StructType) -> InputLayout:
             raise ConfigError(
                 f"column 'group' must be string (the row's message group), got {_type_name(t)}"
             )
+    if SINK_DEDUP in found:
+        t = schema.fields[found[SINK_DEDUP]].dataType
+        if not isinstance(t, StringType):
+            raise ConfigError(
+                f"column 'dedupId' must be string (the row's deduplication id), got {_type_name(t)}"
+            )
     return InputLayout(
         found[SINK_VALUE],
         isinstance(value_type, StringType),
@@ -126,6 +142,7 @@ def check_input_schema(schema: StructType) -> InputLayout:
         found.get(SINK_DELAY),
         found.get(SINK_QUEUE),
         found.get(SINK_GROUP),
+        found.get(SINK_DEDUP),
     )
 
 
@@ -183,6 +200,17 @@ def _grouped(
         except ConfigError as exc:
             raise type(exc)(f"column 'group' at {check.where(base + i)}: {exc}") from None
     return out
+
+
+def _dedup_ids(values: list, check: InputCheck, base: int) -> list[str | None] | None:
+    """A slice's deduplication ids, each checked (null: the row has none); None when no row
+    has one."""
+    if all(v is None for v in values):
+        return None
+    return [
+        None if v is None else validate.dedup_id(v, f"column 'dedupId' at {check.where(base + i)}")
+        for i, v in enumerate(values)
+    ]
 
 
 def _first_true(mask: pa.Array) -> int:
@@ -316,7 +344,10 @@ def arrow_slices(check: InputCheck, batches: Iterable[pa.RecordBatch]) -> Iterat
                 delays = d.to_pylist()
         groups = rb.column(layout.group).to_pylist() if layout.group is not None else None
         headers = _grouped(check, base, groups, headers, delays)
-        yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests)
+        dedup = None
+        if layout.dedup is not None:
+            dedup = _dedup_ids(rb.column(layout.dedup).to_pylist(), check, base)
+        yield Slice(value.to_pylist(), headers, delays, lengths.to_pylist(), dests, dedup)
         base += rb.num_rows
 
 
@@ -335,10 +366,13 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
     groups: list | None = [] if gi is not None else None
     any_delay = False
     first = 0  # the position of the slice's first row
+    ui = layout.dedup
+    dedup: list = []
 
     def done() -> Slice:
         d = delays if any_delay else None
-        return Slice(payloads, _grouped(check, first, groups, headers, d), d, sizes, dests)
+        ids = _dedup_ids(dedup, check, first) if ui is not None else None
+        return Slice(payloads, _grouped(check, first, groups, headers, d), d, sizes, dests, ids)
 
     for pos, row in enumerate(rows):
         v = row[vi]
@@ -378,8 +412,11 @@ def row_slices(check: InputCheck, rows: Iterable) -> Iterator[Slice]:
             delays.append(d)
         if groups is not None:
             groups.append(row[gi])
+        if ui is not None:
+            dedup.append(row[ui])
         if len(payloads) >= ROWS_PER_SLICE:
             yield done()
+            dedup = []
             payloads, sizes = [], []
             dests = [] if router is not None else None
             headers = [] if hi_ is not None else None

@@ -141,6 +141,7 @@ def test_the_server_serves_its_openapi_document_and_docs_page(server):
     assert set(paths) == {
         "/api/v2/accounts/{account}/queues/{queue}" + tail
         for tail in (
+            "",
             "/messages",
             "/messages/ack",
             "/messages/visibility",

@@ -18,6 +18,11 @@ write asks for the same keys and gets the same blocks back (``writes.py``, ``set
 - handed to repair: the write goes on if repair can still be made to wait for it; rows of a
   block repair already finished move to a new block.
 
+Rows with a deduplication id are not part of the chunks: each is written, once the chunks are
+closed, into the keyed block of its id (``producer.enqueue_deduplicated``), so it is enqueued
+once per id within the deduplication window, whoever puts it (another task, a producer), and a
+replay within the window finds it there. A replay later than the window writes it again.
+
 A writer keeps all its blocks open (so readers do not pass them) until every row is written,
 then closes them. A writer that fails before its first close (a bad row, Cassandra errors)
 rolls back the blocks it reserved itself: rows marked dead, blocks given back, keys forgotten,
@@ -42,25 +47,29 @@ from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
 from . import settle, writes
+from .producer import enqueue_deduplicated
 
 log = logging.getLogger(__name__)
 
 # A chunk is also cut when its payloads reach this size, so buffering stays bounded for big
 # messages. Cuts depend only on the rows, so a replay cuts at the same places.
 CHUNK_MAX_BYTES = 32 * 1024 * 1024
+DEDUP_CHUNK = 1000  # rows with a deduplication id written per call, after the chunks closed
 
 
 @dataclass(frozen=True)
 class Slice:
     """Checked rows handed to a write, in input order: payload bytes, their lengths (``sizes``),
-    each row's headers and initial delay in seconds (None: no row has any), and each row's
-    queue name (``dests``; None: every row goes to the write's one queue)."""
+    each row's headers and initial delay in seconds (None: no row has any), each row's
+    queue name (``dests``; None: every row goes to the write's one queue) and deduplication
+    id (``dedup_ids``; None: no row has one)."""
 
     payloads: list[bytes]
     headers: list[dict | None] | None
     delays: list[float] | None
     sizes: list[int]
     dests: list[str] | None = None
+    dedup_ids: list[str | None] | None = None
 
 
 R_co = TypeVar("R_co", covariant=True)
@@ -142,6 +151,8 @@ class KeyedWrite:
         self.placed = writes.Placed()
         self.written = 0
         self.closing = False  # from the first close on, nothing may be rolled back
+        # rows with a deduplication id, written after the chunks are closed
+        self.dedup_rows: list[tuple[bytes, dict | None, float, str]] = []
 
     # rows arrive here already checked and converted
     def add(
@@ -150,8 +161,27 @@ class KeyedWrite:
         headers: list[dict | None] | None,
         delays: list[float] | None,
         sizes: list[int],
+        dedup_ids: list[str | None] | None = None,
     ) -> None:
-        """Buffer rows (``sizes``: their payload lengths); full chunks are written at once."""
+        """Buffer rows (``sizes``: their payload lengths); full chunks are written at once.
+        Rows with a deduplication id wait for :meth:`finish`."""
+        if dedup_ids is not None and any(d is not None for d in dedup_ids):
+            keep = [i for i, d in enumerate(dedup_ids) if d is None]
+            for i, d in enumerate(dedup_ids):
+                if d is not None:
+                    self.dedup_rows.append(
+                        (
+                            payloads[i],
+                            None if headers is None else headers[i],
+                            0.0 if delays is None else delays[i],
+                            d,
+                        )
+                    )
+            payloads = [payloads[i] for i in keep]
+            headers = None if headers is None else [headers[i] for i in keep]
+            delays = None if delays is None else [delays[i] for i in keep]
+            sizes = [sizes[i] for i in keep]
+            self.position += len(dedup_ids) - len(keep)
         n = len(payloads)
         self.payloads.extend(payloads)
         self.sizes.extend(sizes)
@@ -187,7 +217,7 @@ class KeyedWrite:
                 f"{self.what}: a keyed write goes to one queue ({self.queue.name!r}) but the slice "
                 "names each row's queue; write such slices with a RoutedWrite"
             )
-        self.add(rows.payloads, rows.headers, rows.delays, rows.sizes)
+        self.add(rows.payloads, rows.headers, rows.delays, rows.sizes, rows.dedup_ids)
 
     def _flush(self, count: int | None = None) -> None:
         n = len(self.payloads) if count is None else count
@@ -244,7 +274,22 @@ class KeyedWrite:
                 "queue's repairTimeout lets readers hand its blocks to repair: raise "
                 "repairTimeout or make tasks smaller)"
             )
-        Counters(self.conn).count_enqueued(self.queue, self.written)
+        counters = Counters(self.conn)
+        counters.count_enqueued(self.queue, self.written)
+        if self.dedup_rows:
+            rows = self.dedup_rows
+            for start in range(0, len(rows), DEDUP_CHUNK):
+                part = rows[start : start + DEDUP_CHUNK]
+                enqueue_deduplicated(
+                    self.conn,
+                    counters,
+                    self.queue,
+                    [r[0] for r in part],
+                    [r[3] for r in part],
+                    [r[1] for r in part] if any(r[1] for r in part) else None,
+                    [r[2] for r in part] if any(r[2] for r in part) else None,
+                )
+            self.written += len(rows)
         if self.placed.replayed:
             log.info(
                 "%s, partition %d: %d rows were written by an earlier attempt",

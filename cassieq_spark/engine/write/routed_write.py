@@ -110,6 +110,7 @@ class RoutedWrite:
         headers: list[dict | None] | None,
         delays: list[float] | None,
         sizes: list[int],
+        dedup_ids: list[str | None] | None = None,
     ) -> None:
         """Buffer rows, ``dests[i]`` being row i's queue (already resolved)."""
         groups: dict[str, list[int]] = {}
@@ -125,6 +126,7 @@ class RoutedWrite:
                 None if headers is None else [headers[i] for i in idx],
                 None if delays is None else [delays[i] for i in idx],
                 [sizes[i] for i in idx],
+                None if dedup_ids is None else [dedup_ids[i] for i in idx],
             )
 
     def add_slice(self, rows: Slice) -> None:
@@ -134,7 +136,7 @@ class RoutedWrite:
                 "a routed write needs each row's queue, but the slice has no dests; write a "
                 "slice of one queue with a KeyedWrite"
             )
-        self.add(rows.dests, rows.payloads, rows.headers, rows.delays, rows.sizes)
+        self.add(rows.dests, rows.payloads, rows.headers, rows.delays, rows.sizes, rows.dedup_ids)
 
     def finish(self) -> RoutedReport:
         per: dict[str, tuple[int, int]] = {}
