@@ -28,6 +28,7 @@ from .connection import (
     CONSISTENCY_LEVELS,
     SERIAL_LEVELS,
     ConnectionConfig,
+    load_auth_provider,
 )
 from .flags import add_connection_flags, options_from_flags
 from .options import (
@@ -58,6 +59,7 @@ __all__ = [
     "connection_from_options",
     "delay_seconds",
     "env_defaults",
+    "load_auth_provider",
     "options_from_flags",
     "read_password_file",
     "repair_timeout_seconds",
