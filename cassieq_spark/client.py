@@ -84,6 +84,17 @@ def check_app_role(config: ConnectionConfig, app_role: object, app_password: obj
         )
 
 
+def _session_hosts(session: object) -> tuple[str, ...]:
+    """The hosts a caller's session knows, for messages (``describe()``); a placeholder when
+    it knows none."""
+    try:
+        hosts = session.cluster.metadata.all_hosts()  # type: ignore[attr-defined]
+        found = tuple(sorted({str(h.address) for h in hosts if h.address}))
+    except Exception:  # not a session: Connection refuses it with a clear error
+        found = ()
+    return found or ("127.0.0.1",)
+
+
 class QueueClient:
     """A connection to the queues of one keyspace. Thread-safe for puts; one per process is enough."""
 
@@ -150,7 +161,11 @@ class QueueClient:
         levels and retry policy. :meth:`close` leaves the session open: it is yours to shut
         down."""
         config = ConnectionConfig(
-            keyspace=keyspace, consistency=consistency, serial_consistency=serial_consistency
+            contact_points=_session_hosts(session),
+            port=getattr(getattr(session, "cluster", None), "port", 9042),
+            keyspace=keyspace,
+            consistency=consistency,
+            serial_consistency=serial_consistency,
         )
         return cls(config, Connection(config, session=session, profile=execution_profile))
 

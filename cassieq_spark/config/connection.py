@@ -55,6 +55,9 @@ class ConnectionConfig:
     secure_connect_bundle: str | None = None
     # Any driver authenticator (Kerberos, LDAP, a cloud IAM plug-in); excludes username/password.
     auth_provider: AuthProvider | None = field(default=None, repr=False, compare=False)
+    # The dotted path it was loaded from (options, flags): what a pickled copy carries to a
+    # Spark executor, which loads the provider again there (providers need not pickle).
+    auth_provider_path: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.contact_points, str) or not isinstance(
@@ -115,6 +118,18 @@ class ConnectionConfig:
                 )
         self._check_tls_options()
         self._check_bundle()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.auth_provider_path is not None:
+            state["auth_provider"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+        if self.auth_provider is None and self.auth_provider_path is not None:
+            object.__setattr__(self, "auth_provider", load_auth_provider(self.auth_provider_path))
 
     def _check_bundle(self) -> None:
         """A bundle holds the endpoint and its TLS material: options that set them too would

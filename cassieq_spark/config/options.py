@@ -122,6 +122,7 @@ def connection_from_options(
         kw["secure_connect_bundle"] = str(o["secureconnectbundle"])
     if o.get("authprovider"):
         kw["auth_provider"] = load_auth_provider(str(o["authprovider"]))
+        kw["auth_provider_path"] = str(o["authprovider"])
     return ConnectionConfig(**kw)
 
 

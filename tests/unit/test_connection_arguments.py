@@ -140,3 +140,16 @@ def test_the_same_auth_provider_path_gives_one_shared_connection_key() -> None:
     a = connection_from_options({"authProvider": f"{__name__}:make_provider"})
     b = connection_from_options({"authProvider": f"{__name__}:make_provider"})
     assert a.cache_key() == b.cache_key()
+
+
+def test_a_config_pickled_for_an_executor_loads_its_auth_provider_again_by_path() -> None:
+    """Spark ships the sink's and source's settings to executors by pickling them; a provider
+    need not pickle (Kerberos, cloud plug-ins), its dotted path does."""
+    import pickle
+
+    config = connection_from_options({"authProvider": f"{__name__}:make_provider"})
+    state = config.__getstate__()
+    assert state["auth_provider"] is None and state["auth_provider_path"].endswith("make_provider")
+    copy = pickle.loads(pickle.dumps(config))
+    assert copy.auth_provider is config.auth_provider  # loaded again: once per process
+    assert copy.cache_key() == config.cache_key()
