@@ -12,12 +12,14 @@ runs it); an exporter in that process serves them
   (0: none waits);
 * ``cassieq_stream_last_batch{queue, query}``: the batch id of that trigger.
 
-``query`` is the query's name when it has one (``writeStream.queryName``), else its id (a new
+A query that terminates has its series removed (a stopped query is not "behind"; its last
+values would read as a frozen lag). ``query`` is the query's name when it has one (``writeStream.queryName``), else its id (a new
 id per run: name queries that are scraped, so their series survive restarts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from typing import Any
@@ -71,3 +73,13 @@ def record_lag(queue: str, query: str, behind: int, oldest_age_s: float | None, 
     behind_g.labels(queue, query).set(behind)
     age_g.labels(queue, query).set(oldest_age_s or 0.0)
     batch_g.labels(queue, query).set(batch)
+
+
+def forget_lag(queue: str, query: str) -> None:
+    """Remove the series of ``queue`` read by ``query`` (a terminated query)."""
+    gauges = lag_gauges()
+    if gauges is None:
+        return
+    for gauge in gauges:
+        with contextlib.suppress(KeyError):  # never set
+            gauge.remove(queue, query)

@@ -30,7 +30,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from ..observability.lag_metrics import record_lag
+from ..observability.lag_metrics import forget_lag, record_lag
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,8 @@ class CassieQLagListener(StreamingQueryListener):
         self.latest: dict[str, QueueLag] = {}
         self.history: deque[QueueLag] = deque(maxlen=HISTORY)
         self._lock = threading.Lock()
+        # query id -> (its metrics label, the queues it reported): removed when it terminates
+        self._exported: dict[str, tuple[str, set[str]]] = {}
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -124,6 +126,7 @@ class CassieQLagListener(StreamingQueryListener):
             with self._lock:
                 self.latest[lag.queue] = lag
                 self.history.append(lag)
+                self._exported.setdefault(lag.query_id, (query, set()))[1].add(lag.queue)
             record_lag(lag.queue, query, lag.behind, lag.oldest_age_s, lag.batch_id)
             log.info(
                 "queue %s: %d messages behind, the oldest waiting %s (query %s, batch %d)",
@@ -138,7 +141,10 @@ class CassieQLagListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        with self._lock:
+            label, queues = self._exported.pop(str(event.id), ("", set()))
+        for queue in queues:
+            forget_lag(queue, label)
 
     def of(self, queue: str) -> list[QueueLag]:
         """The kept records of ``queue``, oldest first."""

@@ -1,6 +1,7 @@
 """The lag listener, running in the driver, sets the stream lag gauges in the process's
 registry, and an exporter started in the same process serves them over HTTP: what a
-Prometheus scraping the driver reads. Real Cassandra, real local Spark."""
+Prometheus scraping the driver reads. A query that stops has its series removed. Real
+Cassandra, real local Spark."""
 
 from __future__ import annotations
 
@@ -52,17 +53,31 @@ def test_the_driver_exports_each_queues_lag_after_a_trigger(
             .writeStream.queryName(name)
             .foreachBatch(c)
             .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
+            .trigger(processingTime="1 second")
             .start()
         )
-        assert q.awaitTermination(180) and q.exception() is None
-        wait_for(lambda: len(lag.of(queue_name)) >= 3, 30, "three progress events")
-        labels = (("query", name), ("queue", queue_name))
-        got = scrape(exporter.port)
-        assert got[("cassieq_stream_behind_messages", labels)] == 0.0
-        assert got[("cassieq_stream_oldest_age_seconds", labels)] == 0.0
-        assert got[("cassieq_stream_last_batch", labels)] == float(lag.latest[queue_name].batch_id)
-        assert lag.latest[queue_name].batch_id >= 2
+        try:
+            wait_for(lambda: len(c.ids) == 10, 180, "the ten messages", q)
+            wait_for(
+                lambda: queue_name in lag.latest and lag.latest[queue_name].behind == 0,
+                60,
+                "a progress with nothing behind",
+                q,
+            )
+            labels = (("query", name), ("queue", queue_name))
+            got = scrape(exporter.port)
+            assert got[("cassieq_stream_behind_messages", labels)] == 0.0
+            assert got[("cassieq_stream_oldest_age_seconds", labels)] == 0.0
+            assert got[("cassieq_stream_last_batch", labels)] >= 2.0
+            early = [r.behind for r in lag.of(queue_name)][:2]
+            assert early == [6, 2], lag.of(queue_name)
+        finally:
+            q.stop()
+        wait_for(
+            lambda: ("cassieq_stream_behind_messages", labels) not in scrape(exporter.port),
+            30,
+            "the stopped query's series removed",
+        )
     finally:
         spark.streams.removeListener(lag)
         exporter.stop()
