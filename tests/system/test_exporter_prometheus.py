@@ -55,7 +55,8 @@ def test_prometheus_scrapes_the_exporter_and_the_dashboard_queries_evaluate(
     client.create_queue("audit")
     client.put_many("orders", [f"o{i}" for i in range(5)])
     client.put("audit", "a0")
-    assert client.get("orders") is not None  # one in flight, four waiting
+    # one in flight (for the whole test, however slow the machine), four waiting
+    assert client.get("orders", visibility_timeout=900) is not None
     time.sleep(1.0)  # the oldest message has waited at least this long
 
     port = free_port()
