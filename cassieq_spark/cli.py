@@ -299,6 +299,16 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Values argparse takes as text, checked before connecting: a typo costs no connection."""
+    if args.command == "exporter":
+        if not 0 <= args.listen_port <= 65535:
+            raise ConfigError(f"--listen-port must be 0 to 65535, got {args.listen_port}")
+        if not 0.5 <= args.refresh_seconds <= 3600:
+            raise ConfigError(
+                f"--refresh-seconds must be 0.5 to 3600 seconds, got {args.refresh_seconds:g}"
+            )
+        if not 1 <= args.max_queues <= 100_000:
+            raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
+        return
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
@@ -365,14 +375,6 @@ def _export(args: argparse.Namespace, client: QueueClient) -> int:
     from .observability.client_metrics import enable_client_metrics
     from .observability.exporter import start_exporter
 
-    if not 0 <= args.listen_port <= 65535:
-        raise ConfigError(f"--listen-port must be 0 to 65535, got {args.listen_port}")
-    if not 0.5 <= args.refresh_seconds <= 3600:
-        raise ConfigError(
-            f"--refresh-seconds must be 0.5 to 3600 seconds, got {args.refresh_seconds:g}"
-        )
-    if not 1 <= args.max_queues <= 100_000:
-        raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
     enable_client_metrics()  # the exporter's own stats calls: what a scrape costs the cluster
     client.list_queues()  # the schema is there and readable: fail now, not on the first scrape
     try:
