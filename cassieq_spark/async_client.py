@@ -26,6 +26,8 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from cassandra.auth import AuthProvider
+
 from . import async_bridge
 from .async_worker import AsyncWorker
 from .client import PutEntry, QueueClient
@@ -64,6 +66,8 @@ class AsyncQueueClient:
         ssl_context: ssl.SSLContext | None = None,
         consistency: str = "LOCAL_QUORUM",
         serial_consistency: str = "LOCAL_SERIAL",
+        secure_connect_bundle: str | None = None,
+        auth_provider: AuthProvider | None = None,
     ) -> AsyncQueueClient:
         """:meth:`QueueClient.connect`, on a worker thread."""
 
@@ -78,6 +82,8 @@ class AsyncQueueClient:
                 ssl_context=ssl_context,
                 consistency=consistency,
                 serial_consistency=serial_consistency,
+                secure_connect_bundle=secure_connect_bundle,
+                auth_provider=auth_provider,
             )
 
         return cls(await asyncio.get_running_loop().run_in_executor(None, connect))
@@ -113,6 +119,7 @@ class AsyncQueueClient:
         app_role: str | None = None,
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
+        tables_only: bool = False,
     ) -> int:
         """:meth:`QueueClient.bootstrap`, on a worker thread (schema changes)."""
         loop = asyncio.get_running_loop()
@@ -124,6 +131,7 @@ class AsyncQueueClient:
                 app_role=app_role,
                 app_password=app_password,
                 replication=replication,
+                tables_only=tables_only,
             ),
         )
 

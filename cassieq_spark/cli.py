@@ -39,6 +39,8 @@ from .engine.core.buckets import MAX_BUCKET_SIZE
 from .engine.core.queues import DEFAULT_SETTINGS
 from .errors import ConfigError, one_line
 from .extras import require
+from .observability.exporter import DEFAULT_HOST, DEFAULT_PORT
+from .observability.queue_metrics import DEFAULT_MAX_QUEUES, DEFAULT_REFRESH_SECONDS
 from .service.server import add_serve_flags, serve
 from .validate import (
     MAX_BATCH,
@@ -150,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bootstrap", help="create or migrate the schema (idempotent)")
     s.add_argument("--create-keyspace", action="store_true")
+    s.add_argument(
+        "--no-create",
+        action="store_true",
+        help="tables only, in an existing keyspace: no CREATE KEYSPACE or ROLE (managed services)",
+    )
     s.add_argument(
         "--replication-factor",
         type=_integer,
@@ -328,6 +335,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_flags(sub)
 
+    s = sub.add_parser(
+        "exporter",
+        help="serve every queue's metrics to Prometheus on /metrics (needs the [metrics] extra)",
+    )
+    s.add_argument("--listen-host", default=DEFAULT_HOST, help=f"address (default {DEFAULT_HOST})")
+    s.add_argument(
+        "--listen-port", type=_integer, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    s.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=DEFAULT_REFRESH_SECONDS,
+        help="at most one stats pass over the queues per this many seconds, whatever the "
+        f"scrapes (default {DEFAULT_REFRESH_SECONDS:g})",
+    )
+    s.add_argument(
+        "--max-queues",
+        type=_integer,
+        default=DEFAULT_MAX_QUEUES,
+        help=f"queues a stats pass covers at most (default {DEFAULT_MAX_QUEUES})",
+    )
+
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
@@ -463,6 +492,16 @@ def _check_args(args: argparse.Namespace) -> None:
                 "--no-dead-letter-queue, --message-ttl, --no-message-ttl, --max-payload-bytes"
             )
         return
+    if args.command == "exporter":
+        if not 0 <= args.listen_port <= 65535:
+            raise ConfigError(f"--listen-port must be 0 to 65535, got {args.listen_port}")
+        if not 0.5 <= args.refresh_seconds <= 3600:
+            raise ConfigError(
+                f"--refresh-seconds must be 0.5 to 3600 seconds, got {args.refresh_seconds:g}"
+            )
+        if not 1 <= args.max_queues <= 100_000:
+            raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
+        return
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
@@ -486,6 +525,22 @@ def _check_args(args: argparse.Namespace) -> None:
 def _check_bootstrap(args: argparse.Namespace, config: ConnectionConfig) -> None:
     """The app role's name, password file and what it needs of the connection, checked before
     connecting: nothing is created when the role cannot be."""
+    if args.no_create:
+        given = [
+            flag
+            for flag, value in (
+                ("--create-keyspace", args.create_keyspace),
+                ("--replication-factor", args.replication_factor is not None),
+                ("--replication", args.replication is not None),
+                ("--app-role", args.app_role is not None),
+            )
+            if value
+        ]
+        if given:
+            raise ConfigError(
+                f"--no-create creates tables only, in an existing keyspace: drop {given[0]}, or "
+                "drop --no-create"
+            )
     if (args.app_role is None) != (args.app_password_file is None):
         raise ConfigError("--app-role and --app-password-file go together: give both")
     args.app_password = (
@@ -504,8 +559,43 @@ def _watch(args: argparse.Namespace, client: QueueClient) -> None:
         watch.watch(lambda: client.stats(args.queue), args.interval, args.count)
 
 
+def _export(args: argparse.Namespace, client: QueueClient) -> int:
+    """Serve the queues' metrics until interrupted (Ctrl-C, SIGTERM)."""
+    require("Prometheus metrics")
+    import signal
+    import threading
+
+    from .observability.client_metrics import enable_client_metrics
+    from .observability.exporter import start_exporter
+
+    enable_client_metrics()  # the exporter's own stats calls: what a scrape costs the cluster
+    client.list_queues()  # the schema is there and readable: fail now, not on the first scrape
+    try:
+        exporter = start_exporter(
+            args.listen_port,
+            args.listen_host,
+            client=client,
+            refresh_seconds=args.refresh_seconds,
+            max_queues=args.max_queues,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {args.listen_host}:{args.listen_port} ({exc.strerror or exc}); "
+            "choose another --listen-port or --listen-host"
+        ) from None
+    print(json.dumps({"metrics": f"http://{exporter.host}:{exporter.port}/metrics"}), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    exporter.stop()
+    return EXIT_OK
+
+
 def _run(args: argparse.Namespace, client: QueueClient) -> int:
     cmd = args.command
+    if cmd == "exporter":
+        return _export(args, client)
     if cmd == "bootstrap":
         version = client.bootstrap(
             args.create_keyspace,
@@ -513,6 +603,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             args.app_role,
             args.app_password,
             replication=args.replication,
+            tables_only=args.no_create,
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":

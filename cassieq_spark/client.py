@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cassandra import Unauthorized
+from cassandra.auth import AuthProvider
+from cassandra.cluster import Session
 
 from . import validate
 from .config import (
@@ -49,6 +51,8 @@ from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
 from .errors import ConfigError, PermissionDeniedError
+from .observability.client_metrics import timed
+from .observability.trace import with_trace_context
 from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -97,6 +101,17 @@ def check_app_role(config: ConnectionConfig, app_role: object, app_password: obj
         )
 
 
+def _session_hosts(session: object) -> tuple[str, ...]:
+    """The hosts a caller's session knows, for messages (``describe()``); a placeholder when
+    it knows none."""
+    try:
+        hosts = session.cluster.metadata.all_hosts()  # type: ignore[attr-defined]
+        found = tuple(sorted({str(h.address) for h in hosts if h.address}))
+    except Exception:  # not a session: Connection refuses it with a clear error
+        found = ()
+    return found or ("127.0.0.1",)
+
+
 class QueueClient:
     """A connection to the queues of one keyspace. Thread-safe for puts; one per process is enough."""
 
@@ -122,7 +137,12 @@ class QueueClient:
         ssl_context: ssl.SSLContext | None = None,
         consistency: str = "LOCAL_QUORUM",
         serial_consistency: str = "LOCAL_SERIAL",
+        secure_connect_bundle: str | None = None,
+        auth_provider: AuthProvider | None = None,
     ) -> QueueClient:
+        """``secure_connect_bundle``: a managed service's bundle (Astra) instead of contact
+        points, port and TLS (untested against a live service: docs/client.md).
+        ``auth_provider``: any ``cassandra.auth.AuthProvider`` instead of username/password."""
         if isinstance(contact_points, str):
             contact_points = [h.strip() for h in contact_points.split(",") if h.strip()]
         if isinstance(contact_points, (list, tuple)):
@@ -138,8 +158,33 @@ class QueueClient:
             serial_consistency=serial_consistency,
             ssl_enabled=ssl_context is not None,
             ssl_context_override=ssl_context,
+            secure_connect_bundle=secure_connect_bundle,
+            auth_provider=auth_provider,
         )
         return cls(config)
+
+    @classmethod
+    def from_session(
+        cls,
+        session: Session,
+        keyspace: str = "cassieq",
+        execution_profile: str | None = None,
+        consistency: str = "LOCAL_QUORUM",
+        serial_consistency: str = "LOCAL_SERIAL",
+    ) -> QueueClient:
+        """A client over a driver session you made (your own Cluster: load balancing, auth,
+        TLS, a managed service's bundle). Statements run with a copy of the session's profile
+        ``execution_profile`` (default: its default profile) with this client's consistency
+        levels and retry policy. :meth:`close` leaves the session open: it is yours to shut
+        down."""
+        config = ConnectionConfig(
+            contact_points=_session_hosts(session),
+            port=getattr(getattr(session, "cluster", None), "port", 9042),
+            keyspace=keyspace,
+            consistency=consistency,
+            serial_consistency=serial_consistency,
+        )
+        return cls(config, Connection(config, session=session, profile=execution_profile))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> QueueClient:
@@ -172,8 +217,13 @@ class QueueClient:
         app_role: str | None = None,
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
+        tables_only: bool = False,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
+
+        ``tables_only``: for services where keyspaces and roles are made elsewhere (Astra, a
+        DBA's change process): create and migrate the tables of an existing keyspace, never a
+        keyspace or a role; a missing keyspace is an error that names it.
 
         ``replication_factor`` (with ``create_keyspace``): of a new keyspace (default 1),
         refused before anything is created if the live nodes cannot serve it; for an existing
@@ -183,7 +233,20 @@ class QueueClient:
 
         ``app_role``/``app_password``: also create that login role with SELECT and MODIFY on the
         keyspace only (enough for everything but schema changes; run this as an admin)."""
+        if tables_only and (
+            create_keyspace
+            or app_role is not None
+            or replication_factor is not None
+            or replication is not None
+        ):
+            raise ConfigError(
+                "tables_only (--no-create) creates tables only: drop create_keyspace, "
+                "replication and app_role (--create-keyspace, --replication-factor, "
+                "--replication, --app-role), or drop --no-create"
+            )
         check_app_role(self.config, app_role, app_password)
+        if tables_only:
+            schema.require_keyspace(self.conn.session, self.config.keyspace)
         if (replication_factor is not None or replication is not None) and not create_keyspace:
             raise ConfigError(
                 "a replication factor only applies when bootstrap creates the keyspace; add "
@@ -215,6 +278,7 @@ class QueueClient:
             ) from None
         return version
 
+    @timed("create_queue")
     def create_queue(
         self,
         name: str,
@@ -252,6 +316,7 @@ class QueueClient:
         self._queues[name] = (time.monotonic(), info)
         return info
 
+    @timed("update_queue")
     def update_queue(
         self,
         name: str,
@@ -281,16 +346,19 @@ class QueueClient:
         self._queues[name] = (time.monotonic(), info)
         return info
 
+    @timed("get_queue")
     def get_queue(self, name: str) -> QueueInfo:
         self._require_schema()
         info = queues.get_queue(self.conn, name)
         self._queues[name] = (time.monotonic(), info)
         return info
 
+    @timed("list_queues")
     def list_queues(self) -> list[QueueInfo]:
         self._require_schema()
         return queues.list_queues(self.conn)
 
+    @timed("delete_queue")
     def delete_queue(self, name: str) -> None:
         self._require_schema()
         queues.delete_queue(self.conn, name)
@@ -312,6 +380,7 @@ class QueueClient:
 
     # -- producing ------------------------------------------------------------------------------
 
+    @timed("put")
     def put(
         self,
         queue: str,
@@ -331,6 +400,7 @@ class QueueClient:
             queue, [payload], delay=delay, headers=headers, dedup_ids=ids, group=group
         )[0]
 
+    @timed("put_many")
     def put_many(
         self,
         queue: str,
@@ -352,7 +422,12 @@ class QueueClient:
             )
         info = self._queue(queue)
         d = delay_seconds(delay)
-        h = check_headers(dict(headers) if headers is not None else None)
+        # The current span's trace context, unless the caller gave a traceparent (or none).
+        h = check_headers(
+            with_trace_context(headers)
+            if headers is None or isinstance(headers, Mapping)
+            else headers
+        )
         h = validate.grouped_headers(h, group, d)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         hs = [h] * len(data) if h else None
@@ -377,6 +452,7 @@ class QueueClient:
             return []
         return enqueue(self.conn, self.counters, info, data, hs, ds)
 
+    @timed("put_batch")
     def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
         """Enqueue messages that each have their own headers, delay and deduplication id (a
         :class:`PutEntry` each); returns their ids in order. Every entry is checked before
@@ -395,7 +471,11 @@ class QueueClient:
                 )
             data.append(to_bytes(e.payload, info, i))
             delay = delay_seconds(e.delay, f"delay of entry {i}")
-            checked = check_headers(dict(e.headers) if e.headers is not None else None, i)
+            given = e.headers
+            checked = check_headers(
+                with_trace_context(given) if given is None or isinstance(given, Mapping) else given,
+                i,
+            )
             heads.append(validate.grouped_headers(checked, e.group, delay, i))
             delays.append(delay)
             ids.append(
@@ -413,6 +493,7 @@ class QueueClient:
 
     # -- consuming ------------------------------------------------------------------------------
 
+    @timed("get")
     def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
         """The next visible message, hidden from others for the visibility timeout; None if empty."""
         info = self._queue(queue)
@@ -423,6 +504,7 @@ class QueueClient:
         )
         return self._consumer.get(info, vt)
 
+    @timed("get_many")
     def get_many(
         self,
         queue: str,
@@ -444,12 +526,14 @@ class QueueClient:
         )
         return batch.get_many(self._consumer, info, vt, n, wait)
 
+    @timed("ack_many")
     def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
         """Ack up to 1,000 receipts at once; one :class:`ReceiptResult` per receipt, in order
         (``ok``, ``stale`` or ``invalid``): one bad receipt does not fail the others."""
         receipts = batch_ack.receipts_list(pop_receipts, "pop_receipts", "receipts")
         return batch_ack.ack_many(self._consumer, self._queue(queue), receipts)
 
+    @timed("change_visibility_many")
     def change_visibility_many(
         self, queue: str, entries: Iterable[tuple[str, float]]
     ) -> list[ReceiptResult]:
@@ -458,6 +542,7 @@ class QueueClient:
         pairs = batch_ack.visibility_pairs(entries)
         return batch_ack.change_visibility_many(self._consumer, self._queue(queue), pairs)
 
+    @timed("give_back")
     def give_back(self, queue: str, messages: Iterable[Message]) -> int:
         """Messages this client received and will not use: each is visible again at once and
         its delivery is not counted (never nearer its dead-letter queue). Returns how many
@@ -466,10 +551,12 @@ class QueueClient:
         info = self._queue(queue)
         return sum(self._consumer.return_unused(info, m) for m in messages)
 
+    @timed("ack")
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
 
+    @timed("change_visibility")
     def change_visibility(
         self, queue: str, pop_receipt: str, timeout: float, payload: bytes | str | None = None
     ) -> str:
@@ -506,6 +593,7 @@ class QueueClient:
 
     # -- moving between queues -----------------------------------------------------------------
 
+    @timed("redrive")
     def redrive(
         self,
         dead_letter_queue: str,
@@ -525,6 +613,7 @@ class QueueClient:
             )
         return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
 
+    @timed("move")
     def move(
         self,
         queue: str,
@@ -536,6 +625,7 @@ class QueueClient:
         ``cassieq-moved-from`` names the source)."""
         return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
 
+    @timed("purge")
     def purge(self, queue: str) -> PurgeReport:
         """Drop every message of ``queue`` written so far; producers may keep writing: nothing
         written after the purge starts is lost (docs/operations.md)."""
@@ -563,15 +653,18 @@ class QueueClient:
 
     # -- looking ------------------------------------------------------------------------------
 
+    @timed("peek")
     def peek(self, queue: str, limit: int = 10) -> list[Message]:
         """Up to ``limit`` messages that a get could return now. Changes nothing."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ConfigError(f"limit must be a positive integer, got {limit!r}")
         return peek_messages(self._consumer, self._queue(queue), limit)
 
+    @timed("stats")
     def stats(self, queue: str) -> dict:
         return queue_stats(self.conn, self.counters, self._queue(queue))
 
+    @timed("repair")
     def repair(
         self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
     ) -> RepairReport:

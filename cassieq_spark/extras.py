@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "cassieq stats --watch": ("rich", "cli"),
     "the stats plot": ("matplotlib", "demo"),
     "cassieq serve": ("starlette", "server"),
+    "Prometheus metrics": ("prometheus_client", "metrics"),
 }
 
 

@@ -28,6 +28,7 @@ from .connection import (
     CONSISTENCY_LEVELS,
     SERIAL_LEVELS,
     ConnectionConfig,
+    load_auth_provider,
 )
 from .flags import add_connection_flags, options_from_flags
 from .options import (
@@ -61,6 +62,7 @@ __all__ = [
     "connection_from_options",
     "delay_seconds",
     "env_defaults",
+    "load_auth_provider",
     "options_from_flags",
     "parse_url",
     "read_password_file",

@@ -7,11 +7,14 @@ in its constructor so no path can skip them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import ssl
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from cassandra import ConsistencyLevel
+from cassandra.auth import AuthProvider, PlainTextAuthProvider
 
 from .. import validate
 from ..errors import ConfigError
@@ -47,6 +50,14 @@ class ConnectionConfig:
     serial_consistency: str = "LOCAL_SERIAL"
     connect_timeout: float = 10.0
     request_timeout: float = 20.0
+    # A managed service's secure-connect bundle (Astra): the driver reads the contact points,
+    # port and TLS material from it, so those options must be left out.
+    secure_connect_bundle: str | None = None
+    # Any driver authenticator (Kerberos, LDAP, a cloud IAM plug-in); excludes username/password.
+    auth_provider: AuthProvider | None = field(default=None, repr=False, compare=False)
+    # The dotted path it was loaded from (options, flags): what a pickled copy carries to a
+    # Spark executor, which loads the provider again there (providers need not pickle).
+    auth_provider_path: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.contact_points, str) or not isinstance(
@@ -94,7 +105,58 @@ class ConnectionConfig:
             validate.seconds(limit_s, name, 3600.0, positive=True)
         if (self.username is None) != (self.password is None):
             raise ConfigError("username and password go together: give both or neither")
+        if self.auth_provider is not None:
+            if not isinstance(self.auth_provider, AuthProvider):
+                raise ConfigError(
+                    "authProvider must be a cassandra.auth.AuthProvider (or the dotted path of "
+                    f"a callable that returns one), got {type(self.auth_provider).__name__}"
+                )
+            if self.username is not None:
+                raise ConfigError(
+                    "give an auth provider or a username and password, not both (the provider "
+                    "does the authentication)"
+                )
         self._check_tls_options()
+        self._check_bundle()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.auth_provider_path is not None:
+            state["auth_provider"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+        if self.auth_provider is None and self.auth_provider_path is not None:
+            object.__setattr__(self, "auth_provider", load_auth_provider(self.auth_provider_path))
+
+    def _check_bundle(self) -> None:
+        """A bundle holds the endpoint and its TLS material: options that set them too would
+        be ignored by the driver, or refused by it late with a less clear error."""
+        if self.secure_connect_bundle is None:
+            return
+        if not isinstance(self.secure_connect_bundle, str) or not self.secure_connect_bundle:
+            raise ConfigError(
+                "secureConnectBundle must be the path of a secure-connect bundle (a .zip), got "
+                f"{self.secure_connect_bundle!r}"
+            )
+        clash = [
+            name
+            for name, given in (
+                ("contactPoints", self.contact_points != ("127.0.0.1",)),
+                ("port", self.port != 9042),
+                ("ssl", self.ssl_enabled or self.ssl_context_override is not None),
+                ("localDc", self.local_dc is not None),
+            )
+            if given
+        ]
+        if clash:
+            raise ConfigError(
+                f"option {clash[0]!r} (--{_flag(clash[0])}) does not go with secureConnectBundle: "
+                "the bundle names the service's hosts, port, data center and TLS certificates; "
+                f"drop {', '.join(clash)}"
+            )
 
     def _check_tls_options(self) -> None:
         """TLS options mean something only with ``ssl`` on, and a client key only with its
@@ -137,7 +199,42 @@ class ConnectionConfig:
     def describe(self) -> str:
         """For logs and errors: never includes the password."""
         user = f" as {self.username!r}" if self.username else ""
-        return f"{','.join(self.contact_points)}:{self.port} keyspace {self.keyspace!r}{user}"
+        if self.secure_connect_bundle is not None:
+            where = f"the service of bundle {self.secure_connect_bundle}"
+        else:
+            where = f"{','.join(self.contact_points)}:{self.port}"
+        return f"{where} keyspace {self.keyspace!r}{user}"
+
+    def authenticator(self) -> AuthProvider | None:
+        """The driver's auth provider: the one given, else plain text for a username."""
+        if self.auth_provider is not None:
+            return self.auth_provider
+        if self.username is not None:
+            return PlainTextAuthProvider(username=self.username, password=self.password)
+        return None
+
+    def cluster_arguments(self) -> dict[str, Any]:
+        """The endpoint arguments of the driver's ``Cluster``: ``contact_points``, ``port`` and
+        ``ssl_context``, or with a bundle ``cloud={'secure_connect_bundle': path}``; and
+        ``auth_provider``. The bundle must be a readable file (checked here, where it is used,
+        not in the constructor: Spark checks options on the driver, executors connect)."""
+        kw: dict[str, Any] = {"auth_provider": self.authenticator()}
+        if self.secure_connect_bundle is None:
+            kw.update(
+                contact_points=list(self.contact_points),
+                port=self.port,
+                ssl_context=self.ssl_context(),
+            )
+            return kw
+        path = self.secure_connect_bundle
+        if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            raise ConfigError(
+                f"option 'secureConnectBundle': {path!r} is not a readable file; download the "
+                "database's secure-connect bundle (a .zip) and give its path on every machine "
+                "that connects (Spark: every executor)"
+            )
+        kw["cloud"] = {"secure_connect_bundle": path}
+        return kw
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.ssl_context_override is not None:
@@ -181,3 +278,42 @@ class ConnectionConfig:
                     f"not make a usable client certificate ({exc})"
                 ) from None
         return ctx
+
+
+_providers: dict[str, AuthProvider] = {}
+
+
+def load_auth_provider(path: str) -> AuthProvider:
+    """The auth provider a dotted path names: ``package.module:callable`` or
+    ``package.module.callable``, called with no arguments (a class or a factory that reads its
+    own settings, e.g. from the environment). For Spark options and command-line flags, which
+    carry text only. Called once per path and process: the same provider object each time, so
+    connections made from the same options are shared (their cache key includes it)."""
+    cached = _providers.get(path) if isinstance(path, str) else None
+    if cached is not None:
+        return cached
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"authProvider must be a dotted path like pkg.mod:factory, got {path!r}")
+    module_name, sep, attr = path.strip().partition(":")
+    if not sep:
+        module_name, _, attr = module_name.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"authProvider {path!r} names no callable: give package.module:callable")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"authProvider {path!r}: cannot import it ({exc}); install the module where the "
+            "connection is made (Spark: the driver and every executor)"
+        ) from None
+    try:
+        provider = target()
+    except Exception as exc:
+        raise ConfigError(f"authProvider {path!r} failed when called: {exc}") from None
+    if not isinstance(provider, AuthProvider):
+        raise ConfigError(
+            f"authProvider {path!r} returned a {type(provider).__name__}, not a "
+            "cassandra.auth.AuthProvider"
+        )
+    _providers[path] = provider
+    return provider

@@ -48,6 +48,8 @@ _FLAGS = (
     ("ssl_cert_file", "sslCertFile"),
     ("ssl_key_file", "sslKeyFile"),
     ("ssl_verify", "sslVerify"),
+    ("secure_connect_bundle", "secureConnectBundle"),
+    ("auth_provider", "authProvider"),
 )
 
 
@@ -74,6 +76,16 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ssl-cert-file", metavar="PEM", help="client certificate (mutual TLS)")
     g.add_argument("--ssl-key-file", metavar="PEM", help="client key (mutual TLS)")
     g.add_argument("--ssl-verify", choices=("true", "false"), help="check the node's certificate")
+    g.add_argument(
+        "--secure-connect-bundle",
+        metavar="ZIP",
+        help="a managed service's secure-connect bundle (Astra) instead of hosts, port and TLS",
+    )
+    g.add_argument(
+        "--auth-provider",
+        metavar="PKG.MOD:CALLABLE",
+        help="a callable that returns a cassandra.auth.AuthProvider (instead of a password)",
+    )
 
 
 def options_from_flags(args: argparse.Namespace) -> dict[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import validate
 from ..errors import ConfigError
-from .connection import ConnectionConfig
+from .connection import ConnectionConfig, load_auth_provider
 
 
 def _parse_bool(name: str, value: str) -> bool:
@@ -124,6 +124,8 @@ CONNECTION_OPTIONS = {
     "serialconsistency": "serialConsistency",
     "connecttimeout": "connectTimeout",
     "requesttimeout": "requestTimeout",
+    "secureconnectbundle": "secureConnectBundle",
+    "authprovider": "authProvider",
 }
 
 
@@ -179,6 +181,11 @@ def connection_from_options(
         kw["connect_timeout"] = _parse_float("connectTimeout", o["connecttimeout"])
     if "requesttimeout" in o:
         kw["request_timeout"] = _parse_float("requestTimeout", o["requesttimeout"])
+    if o.get("secureconnectbundle"):
+        kw["secure_connect_bundle"] = str(o["secureconnectbundle"])
+    if o.get("authprovider"):
+        kw["auth_provider"] = load_auth_provider(str(o["authprovider"]))
+        kw["auth_provider_path"] = str(o["authprovider"])
     return ConnectionConfig(**kw)
 
 
@@ -251,6 +258,8 @@ def env_defaults(
         "SSL_KEY_FILE": "sslKeyFile",
         "SSL_VERIFY": "sslVerify",
         "CONSISTENCY": "consistency",
+        "SECURE_CONNECT_BUNDLE": "secureConnectBundle",
+        "AUTH_PROVIDER": "authProvider",
     }
     for k, opt in names.items():
         value = env.get(ENV_PREFIX + k)

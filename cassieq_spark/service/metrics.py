@@ -4,9 +4,11 @@
   ``cassieq_http_request_seconds{route, method}`` (a histogram): ``route`` is the route's
   template (``/api/v1/accounts/{account}/queues/{queue}/messages``), never the raw path, so
   the label set stays bounded whatever clients send;
-* ``cassieq_queue_backlog{queue}``, ``cassieq_queue_in_flight{queue}``,
-  ``cassieq_queue_oldest_age_seconds{queue}``: from the engine's stats, refreshed at most every
-  :data:`QUEUE_STATS_SECONDS` by a scrape (a stats pass reads the live buckets of each queue);
+* every queue's metrics (``cassieq_queue_backlog{queue}``, ``cassieq_queue_in_flight{queue}``,
+  ``cassieq_queue_oldest_age_seconds{queue}``, ...): the collector ``cassieq exporter`` uses
+  (:mod:`cassieq_spark.observability.queue_metrics`), refreshed at most every
+  :data:`QUEUE_STATS_SECONDS` by a scrape over at most :data:`MAX_QUEUES` queues (a stats pass
+  reads the live buckets of each queue);
 * ``cassieq_repair_lease_held`` (1 while this instance holds the repair lease, else 0) and
   ``cassieq_repair_passes_total`` (repair passes this instance finished): with ``--repair`` on
   several instances, the sum of ``lease_held`` over them is at most 1.
@@ -14,12 +16,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+
+from ..observability.queue_metrics import QueueCollector, QueueStatsCache
 
 QUEUE_STATS_SECONDS = 10.0
 MAX_QUEUES = 500
@@ -77,9 +78,8 @@ class Metrics:
             registry=self.registry,
         )
         self._queue_source: Callable[[], list[dict]] | None = None
-        self._queues: tuple[float, list[dict]] = (0.0, [])
-        self._lock = threading.Lock()
-        self.registry.register(_QueueCollector(self))
+        self.queue_cache = QueueStatsCache(self._queues, QUEUE_STATS_SECONDS, MAX_QUEUES)
+        self.registry.register(QueueCollector(self.queue_cache))
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -89,39 +89,14 @@ class Metrics:
         """``source()`` returns the engine stats of each queue (called on a scrape thread)."""
         self._queue_source = source
 
-    def queue_stats(self) -> list[dict]:
+    def _queues(self, max_queues: int) -> tuple[list[dict], bool]:
         if self._queue_source is None:
-            return []
-        with self._lock:
-            at, stats = self._queues
-            if time.monotonic() - at >= QUEUE_STATS_SECONDS:
-                stats = self._queue_source()[:MAX_QUEUES]
-                self._queues = (time.monotonic(), stats)
-            return stats
+            return [], False
+        stats = self._queue_source()
+        return stats[:max_queues], len(stats) > max_queues
+
+    def queue_stats(self) -> list[dict]:
+        return self.queue_cache.stats()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class _QueueCollector:
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
-
-    def collect(self):
-        gauges = {
-            "backlog": GaugeMetricFamily(
-                "cassieq_queue_backlog", "Visible messages waiting", labels=["queue"]
-            ),
-            "in_flight": GaugeMetricFamily(
-                "cassieq_queue_in_flight", "Delivered, not yet acked", labels=["queue"]
-            ),
-            "oldest_age_seconds": GaugeMetricFamily(
-                "cassieq_queue_oldest_age_seconds",
-                "Age of the oldest visible message",
-                labels=["queue"],
-            ),
-        }
-        for s in self.metrics.queue_stats():
-            for key, gauge in gauges.items():
-                gauge.add_metric([s["queue"]], float(s.get(key) or 0))
-        yield from gauges.values()

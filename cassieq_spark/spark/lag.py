@@ -11,6 +11,12 @@ after the batch of that trigger) and ``oldestAgeMs`` (how long the first of them
     spark.streams.addListener(lag)
     ...
     lag.latest["orders"].behind, lag.latest["orders"].oldest_age_s
+
+With ``prometheus_client`` installed, the listener also sets the gauges
+``cassieq_stream_behind_messages``, ``cassieq_stream_oldest_age_seconds`` and
+``cassieq_stream_last_batch`` (labels ``queue``, ``query``) in the process's default registry
+(:mod:`cassieq_spark.observability.lag_metrics`); ``start_exporter(port)`` in the same
+process (the driver) serves them to Prometheus.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from ..observability.lag_metrics import forget_lag, record_lag
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +109,15 @@ class CassieQLagListener(StreamingQueryListener):
         self.latest: dict[str, QueueLag] = {}
         self.history: deque[QueueLag] = deque(maxlen=HISTORY)
         self._lock = threading.Lock()
+        # query id -> (its metrics label, the queues it reported): removed when it terminates
+        self._exported: dict[str, tuple[str, set[str]]] = {}
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         p = event.progress
+        query = getattr(p, "name", None) or str(p.id)
         for lag in (
             lag
             for source in p.sources
@@ -115,6 +126,8 @@ class CassieQLagListener(StreamingQueryListener):
             with self._lock:
                 self.latest[lag.queue] = lag
                 self.history.append(lag)
+                self._exported.setdefault(lag.query_id, (query, set()))[1].add(lag.queue)
+            record_lag(lag.queue, query, lag.behind, lag.oldest_age_s, lag.batch_id)
             log.info(
                 "queue %s: %d messages behind, the oldest waiting %s (query %s, batch %d)",
                 lag.queue,
@@ -128,7 +141,10 @@ class CassieQLagListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        with self._lock:
+            label, queues = self._exported.pop(str(event.id), ("", set()))
+        for queue in queues:
+            forget_lag(queue, label)
 
     def of(self, queue: str) -> list[QueueLag]:
         """The kept records of ``queue``, oldest first."""

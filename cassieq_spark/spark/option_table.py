@@ -337,6 +337,20 @@ OPTIONS: tuple[Option, ...] = (
     _connection(
         "sslVerify", "`true`/`false`", _CONNECTION.ssl_verify, "check the nodes' certificates"
     ),
+    _connection(
+        "secureConnectBundle",
+        "a secure-connect bundle's path (.zip)",
+        None,
+        "a managed service (Astra) instead of contact points, port and TLS; the file must be "
+        "on every executor ([client.md](client.md#managed-services-and-your-own-session))",
+    ),
+    _connection(
+        "authProvider",
+        "`package.module:callable`",
+        None,
+        "a callable returning a `cassandra.auth.AuthProvider`, called where the connection is "
+        "made (every executor too); instead of `username`/`password`",
+    ),
     Option(
         "createQueue",
         ALL,

@@ -9,9 +9,17 @@ the checkpoint (for a sink whose rows name their queues and that has no option '
 keyspace and cluster), and a restart that points elsewhere fails, unless ``allowTargetChange=true``
 (then the new target is recorded).
 
-Checkpoints on the local file system are read directly, others through ``pyarrow.fs``
-(``hdfs://``, ``s3://``, ``gs://``); where neither can open it, the check is skipped with a
-warning.
+Where the record is read and written, in this order:
+
+* through Spark's own file system API (the JVM's Hadoop ``FileSystem`` with the session's
+  Hadoop configuration, so any scheme and credentials Spark writes its checkpoint with:
+  ``s3a://``, ``abfss://``, ``wasbs://``, ``dbfs:/``, ``file:``) when the process that plans the
+  sink has a Spark JVM gateway (a driver process in classic mode);
+* otherwise (PySpark plans Python data sources in a Python worker, which has no gateway):
+  local paths and ``file:`` directly, other schemes through ``pyarrow.fs`` (``hdfs://``,
+  ``s3://``, ``gs://``, with credentials that worker can see);
+* a checkpoint neither can open is refused with an error that names its scheme: the check would
+  be silently off. ``allowTargetChange=true`` runs without it (a warning names the scheme).
 """
 
 from __future__ import annotations
@@ -20,8 +28,10 @@ import json
 import logging
 import os
 import tempfile
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from ..engine.core.queues import QueueInfo
@@ -62,8 +72,27 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
     """Record ``target`` under ``checkpoint`` the first time; fail if it names another."""
     if not checkpoint or _checked.get(checkpoint) == target:
         return
-    store = _Store.open(checkpoint)
+    store, why = _Store.open(checkpoint)
     if store is None:
+        scheme = urlparse(checkpoint).scheme
+        if not allow_change:
+            raise ConfigError(
+                f"the cassieq sink cannot open the checkpoint {checkpoint} (scheme {scheme!r}: "
+                f"{why}) from the Python process that plans it, so it cannot check that a "
+                "restarted query writes to the queue its replayed batch went to. Put the "
+                "checkpoint on a file system Python opens (a local path, file:, hdfs://, s3://, "
+                "gs:// with credentials in the worker), or set option allowTargetChange=true to "
+                "run without the check (after a change of target, a replayed batch may then be "
+                "in both queues)"
+            )
+        log.warning(
+            "checkpoint %s (scheme %r): cannot open it from Python (%s); the cassieq sink runs "
+            "without checking its target (allowTargetChange=true)",
+            checkpoint,
+            scheme,
+            why,
+        )
+        _checked[checkpoint] = target
         return
     recorded = store.read()
     if recorded is not None and recorded != target:
@@ -86,28 +115,42 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
     _checked[checkpoint] = target
 
 
+def spark_jvm() -> Any:
+    """The JVM of this process's active SparkContext (classic mode), or None: no PySpark, no
+    active context (a Python worker, where Spark plans Python data sources), Spark Connect."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return None
+    sc = SparkContext._active_spark_context
+    if sc is None or sc._jsc is None:
+        return None
+    return sc._jvm
+
+
 class _Store:
     def __init__(self, read_bytes, write_bytes):
         self._read = read_bytes
         self._write = write_bytes
 
     @classmethod
-    def open(cls, checkpoint: str) -> _Store | None:
+    def open(cls, checkpoint: str) -> tuple[_Store | None, str]:
+        """A store for the record under ``checkpoint``, or None and why not."""
+        jvm = spark_jvm()
+        if jvm is not None:
+            try:
+                return cls.hadoop(jvm, checkpoint), ""
+            except Exception as exc:  # py4j's error of a scheme Spark cannot open either
+                return None, f"Spark's file systems: {str(exc).strip().splitlines()[0]}"
         url = urlparse(checkpoint)
         if url.scheme in ("", "file"):
-            return cls.local(Path(url.path if url.scheme else checkpoint) / FILE_NAME)
+            return cls.local(Path(url.path if url.scheme else checkpoint) / FILE_NAME), ""
         try:
             import pyarrow.fs as pafs
 
             fs, root = pafs.FileSystem.from_uri(checkpoint)
         except Exception as exc:
-            log.warning(
-                "cannot open checkpoint %s from Python (%s); the cassieq sink does not check "
-                "that a restarted query writes to the same queue",
-                checkpoint,
-                exc,
-            )
-            return None
+            return None, f"pyarrow: {exc}"
         path = f"{root.rstrip('/')}/{FILE_NAME}"
 
         def read_bytes() -> bytes | None:
@@ -123,6 +166,48 @@ class _Store:
             with fs.open_output_stream(tmp) as f:
                 f.write(data)
             fs.move(tmp, path)
+
+        return cls(read_bytes, write_bytes), ""
+
+    @classmethod
+    def hadoop(cls, jvm: Any, checkpoint: str) -> _Store:
+        """Through the JVM's Hadoop ``FileContext`` with the active session's Hadoop
+        configuration: the file system (and credentials) Spark writes the checkpoint with.
+        The record is written to a temporary file, then renamed over the old one."""
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        if sc is None or sc._jsc is None:
+            raise ConfigError("no active Spark context: the checkpoint cannot be opened via Spark")
+        gateway: Any = sc._gateway
+        conf = sc._jsc.hadoopConfiguration()
+        hfs = jvm.org.apache.hadoop.fs
+        root = hfs.Path(checkpoint)
+        path = hfs.Path(root, FILE_NAME)
+        fc = hfs.FileContext.getFileContext(root.toUri(), conf)
+
+        def read_bytes() -> bytes | None:
+            if not fc.util().exists(path):
+                return None
+            stream = fc.open(path)
+            try:
+                return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+            finally:
+                stream.close()
+
+        def write_bytes(data: bytes) -> None:
+            tmp = hfs.Path(root, f".{FILE_NAME}.{uuid.uuid4().hex}.tmp")
+            flags = jvm.java.util.EnumSet.of(jvm.org.apache.hadoop.fs.CreateFlag.CREATE)
+            no_opts = gateway.new_array(jvm.org.apache.hadoop.fs.Options.CreateOpts, 0)
+            fc.mkdir(root, hfs.permission.FsPermission.getDirDefault(), True)
+            out = fc.create(tmp, flags, no_opts)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            overwrite = gateway.new_array(jvm.org.apache.hadoop.fs.Options.Rename, 1)
+            overwrite[0] = jvm.org.apache.hadoop.fs.Options.Rename.OVERWRITE
+            fc.rename(tmp, path, overwrite)
 
         return cls(read_bytes, write_bytes)
 

@@ -337,6 +337,18 @@ def current_version(session: Session, keyspace: str) -> int:
     return row.version if row else 0
 
 
+def require_keyspace(session: Session, keyspace: str) -> None:
+    """For a bootstrap that creates tables only: the keyspace must exist already."""
+    if session.cluster.metadata.keyspaces.get(keyspace) is None:
+        session.cluster.refresh_schema_metadata()
+    if session.cluster.metadata.keyspaces.get(keyspace) is None:
+        raise SchemaNotBootstrappedError(
+            f"keyspace {keyspace!r} does not exist, and bootstrap --no-create (tables_only) "
+            "creates tables only: create the keyspace where this service makes keyspaces "
+            "(Astra: the database's Add Keyspace), then run bootstrap again"
+        )
+
+
 def bootstrap(session: Session, keyspace: str) -> int:
     """Apply every migration newer than the recorded version. Idempotent. Returns the version."""
     if session.cluster.metadata.keyspaces.get(keyspace) is None:

@@ -20,7 +20,6 @@ from cassandra import (
     Unavailable,
     WriteTimeout,
 )
-from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
     EXEC_PROFILE_DEFAULT,
     Cluster,
@@ -40,7 +39,7 @@ from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 
 from ...config import ConnectionConfig, check_cluster
-from ...errors import CassandraUnavailableError, ConnectionFailedError
+from ...errors import CassandraUnavailableError, ConfigError, ConnectionFailedError
 from . import faults, suspend
 from .failures import first_error, resend_unsent, tls_hint, unavailable_error
 from .retries import QueueRetryPolicy, is_idempotent
@@ -137,11 +136,25 @@ class Connection:
     seam where tests inject lost replies and retries (``engine/store/faults.py``).
     """
 
-    def __init__(self, config: ConnectionConfig):
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        session: Session | None = None,
+        profile: str | None = None,
+    ):
         self.config = config
         self._prepared: dict[str, PreparedStatement] = {}
         self._lock = threading.Lock()
         self._refs = 0
+        # The execution profiles of plain statements and serial reads: names of this
+        # connection's own cluster's profiles, or profile objects derived from a user's.
+        self.profile: str | ExecutionProfile = EXEC_PROFILE_DEFAULT
+        self.serial_profile: str | ExecutionProfile = EXEC_PROFILE_SERIAL
+        if session is not None:
+            self._adopt(session, profile)
+            return
+        if profile is not None:
+            raise ValueError("an execution profile name goes with a session of your own")
         # Token-aware over DC-aware: requests go to a replica of their partition in the
         # local data center (the first one contacted when localDc is not given).
         balancing = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=config.local_dc))
@@ -166,17 +179,10 @@ class Connection:
             consistency_level=config.serial_consistency_level,
             request_timeout=config.request_timeout,
         )
-        auth = (
-            PlainTextAuthProvider(username=config.username, password=config.password)
-            if config.username is not None
-            else None
-        )
+        self.owns_cluster = True
         try:
             self.cluster = Cluster(
-                contact_points=list(config.contact_points),
-                port=config.port,
-                auth_provider=auth,
-                ssl_context=config.ssl_context(),
+                **config.cluster_arguments(),
                 execution_profiles={EXEC_PROFILE_DEFAULT: profile, EXEC_PROFILE_SERIAL: serial},
                 connect_timeout=config.connect_timeout,
                 reconnection_policy=ExponentialReconnectionPolicy(
@@ -228,6 +234,51 @@ class Connection:
             self.cluster.shutdown()
             raise
 
+    def _adopt(self, session: Session, profile: str | None) -> None:
+        """Use a session the caller made and owns (never shut down here). Statements run with
+        a copy of its profile ``profile`` (default: its default profile) that keeps its load
+        balancing and timeouts but takes this connection's consistency levels and retry policy:
+        the queue's guarantees need quorum reads and writes and idempotence-aware retries."""
+        if not isinstance(session, Session):
+            raise ConfigError(
+                f"session must be a cassandra.cluster.Session, got {type(session).__name__}"
+            )
+        if session.is_shutdown:
+            raise ConfigError("the session given is shut down: give a connected session")
+        self.owns_cluster = False
+        self.cluster = session.cluster
+        self.session = session
+        self.keyspace = self.config.keyspace
+        name = EXEC_PROFILE_DEFAULT if profile is None else profile
+        profiles = self.cluster.profile_manager.profiles
+        if name not in profiles:
+            known = ", ".join(repr(p) for p in profiles if isinstance(p, str)) or "none by name"
+            raise ConfigError(
+                f"execution profile {profile!r} is not one of the session's cluster (its "
+                f"profiles: {known}); give one of them, or none for its default"
+            )
+        base = profiles[name]
+        retry = QueueRetryPolicy()
+        try:
+            self.profile = session.execution_profile_clone_update(
+                base,
+                consistency_level=self.config.consistency_level,
+                serial_consistency_level=self.config.serial_consistency_level,
+                retry_policy=retry,
+            )
+            self.serial_profile = session.execution_profile_clone_update(
+                base,
+                consistency_level=self.config.serial_consistency_level,
+                serial_consistency_level=None,
+                retry_policy=retry,
+            )
+        except ValueError as exc:  # a cluster made with legacy parameters has no profiles
+            raise ConfigError(
+                f"the session's cluster cannot use execution profiles ({exc}); make it with "
+                "execution_profiles= rather than default_retry_policy/load_balancing_policy"
+            ) from None
+        check_cluster(self.config, self.cluster.metadata)
+
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepare once per connection; ``{ks}`` in the text is the keyspace."""
         stmt = self._prepared.get(cql)
@@ -260,6 +311,7 @@ class Connection:
     def execute(self, statement, params: tuple | list | None = (), **kw):
         """Run ``statement`` (CQL text with ``{ks}``, or a bound/batch statement)."""
         stmt = self._statement(statement)
+        kw.setdefault("execution_profile", self.profile)
         if faults.state.active:
             mode = faults.take(_text(statement))
             if mode == faults.TIMEOUT_BEFORE:
@@ -285,6 +337,7 @@ class Connection:
 
     def execute_async(self, statement, params: tuple | list | None = (), **kw):
         stmt = self._statement(statement)
+        kw.setdefault("execution_profile", self.profile)
         if faults.state.active:
             mode = faults.take(_text(statement))
             if mode == faults.TIMEOUT_BEFORE:
@@ -328,7 +381,7 @@ class Connection:
                 if faults.state.active and faults.take(cql) == faults.TIMEOUT_BEFORE:
                     raise faults.injected_timeout(cql)
                 future = self.session.execute_async(
-                    self.prepare(cql), params, execution_profile=EXEC_PROFILE_SERIAL
+                    self.prepare(cql), params, execution_profile=self.serial_profile
                 )
                 suspend.wait_future(future)
                 return future.result().one()
@@ -397,7 +450,9 @@ class Connection:
             return CasResult(_was_applied(rs), rs.one())
 
     def shutdown(self) -> None:
-        self.cluster.shutdown()
+        """Close the cluster this connection made; a session the caller gave stays open."""
+        if self.owns_cluster:
+            self.cluster.shutdown()
 
 
 _cache: dict[tuple, Connection] = {}
