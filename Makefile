@@ -13,7 +13,7 @@ JARS_STAMP := .cassandra/lib/.resolved
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: serve soak spark-up spark-down spark-status setup check test test-fast test-system test-long lint format demo bench bench-quick bench-profile \
+.PHONY: serve soak spark-up spark-down spark-status spark-connect-up spark-connect-down spark-connect-status setup check test test-fast test-system test-long lint format demo bench bench-quick bench-profile \
         dist cassandra-up cassandra-down cassandra-status clean
 
 setup: $(STAMP) $(JARS_STAMP)
@@ -21,7 +21,7 @@ setup: $(STAMP) $(JARS_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,cli,demo,server,test,bench]'
+	$(PY) -m pip install -q -e '.[spark,connect,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
@@ -67,6 +67,20 @@ spark-down:
 
 spark-status:
 	$(PY) -m cassieq_dev.local_spark status --workers $(WORKERS)
+
+# A Spark Connect server on sc://127.0.0.1:$(CONNECT_PORT) (log and pid file in .spark/connect/),
+# its Python workers on this venv (where the connector is installed); its jobs run in local[2],
+# or on the standalone cluster of `make spark-up` with CONNECT_MASTER=spark://127.0.0.1:7077.
+CONNECT_PORT ?= 15002
+CONNECT_MASTER ?= local[2]
+spark-connect-up: setup
+	$(PY) -m cassieq_dev.local_connect up --port $(CONNECT_PORT) --master '$(CONNECT_MASTER)'
+
+spark-connect-down:
+	$(PY) -m cassieq_dev.local_connect down --port $(CONNECT_PORT)
+
+spark-connect-status:
+	$(PY) -m cassieq_dev.local_connect status --port $(CONNECT_PORT)
 
 # The test tiers (docs/testing.md: what each holds, its budget, how a test states its tier). Each
 # prints every test that took 0.5 s or more and writes a JUnit report to .test-reports/.

@@ -101,7 +101,8 @@ class Daemon:
         return pid
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
+    """True if something accepts TCP connections on 127.0.0.1:``port``."""
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((HOST, port)) == 0
@@ -205,7 +206,7 @@ class LocalSpark:
         master = self.master()
         if master.live_pid() is None:
             for port in (self.master_port, self.webui_port):
-                if _port_open(port):
+                if port_open(port):
                     raise SparkClusterError(
                         f"{HOST}:{port} is in use by a process this launcher did not start; "
                         "stop it or choose other ports (--master-port / --webui-port)"
@@ -273,7 +274,7 @@ class LocalSpark:
         daemons = self._started_here if only_started_here else self.recorded_daemons()
         stopped = 0
         for daemon in reversed(daemons):
-            stopped += _stop(daemon, self._procs.get(daemon.name))
+            stopped += stop_daemon(daemon, self._procs.get(daemon.name))
         self._started_here.clear()
         return stopped
 
@@ -309,7 +310,8 @@ class LocalSpark:
         self.stop(only_started_here=True)
 
 
-def _stop(daemon: Daemon, proc: subprocess.Popen[bytes] | None) -> bool:
+def stop_daemon(daemon: Daemon, proc: subprocess.Popen[bytes] | None) -> bool:
+    """SIGTERM the daemon's process group (SIGKILL after STOP_TIMEOUT); False if it did not run."""
     pid = daemon.live_pid()
     if pid is None:
         daemon.pid_file.unlink(missing_ok=True)

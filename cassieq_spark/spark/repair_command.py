@@ -3,11 +3,14 @@
     cassieq-repair --queue NAME [--queue NAME2 ...] | --all-queues
         [--contact-points H,H] [--port P] [--keyspace K] [--local-dc DC]
         [--username U --password P] [--repair-timeout S] [--max-buckets N]
-        [--dry-run] [--loop --interval S] [--master URL]
+        [--dry-run] [--loop --interval S] [--master URL | --remote sc://HOST:PORT]
 
 ``python -m cassieq_spark.spark.repair_command ...`` and ``spark-submit jobs/repair.py ...`` (the
 launcher in the repository) run the same; outside ``spark-submit`` the job runs on a local Spark
-(``local[2]`` unless ``--master`` or ``spark.master`` say otherwise). Connection flags fall back to ``CASSIEQ_*`` variables.
+(``local[2]`` unless ``--master`` or ``spark.master`` say otherwise), or, with ``--remote
+sc://HOST:PORT`` (also ``--master sc://...``), as a Spark Connect client of that server: the
+pass uses DataFrames only (``cassieq_spark.spark.repair_job``), so it needs no ``SparkContext``.
+Connection flags fall back to ``CASSIEQ_*`` variables.
 
 Output: one JSON object per queue and pass on its own line of stdout, in the order the queues
 were named (``--all-queues``: name order), so the last line is the last queue's report. Logs
@@ -67,7 +70,7 @@ def _repair_timeout(text: str) -> float:
 # JVM refuses "to run locally with 0 threads" in a stack trace).
 _MASTER_RE = re.compile(
     r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]|yarn"
-    r"|(spark|mesos|k8s)://\S+",
+    r"|(spark|mesos|k8s|sc)://\S+",
     re.ASCII,
 )
 # A pass every day at least: a longer pause is a job that looks alive and repairs nothing.
@@ -76,13 +79,38 @@ DEFAULT_INTERVAL_SECONDS = 30.0
 # How long the probe of a spark:// master waits for a TCP connection before the job gives up
 # (Spark itself retries for over a minute, then fails without naming the master).
 MASTER_PROBE_SECONDS = 5.0
+# Spark Connect's port when an sc:// URL names none.
+CONNECT_DEFAULT_PORT = 15002
+
+
+def _remote(text: str) -> str:
+    if not text.strip().startswith("sc://"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Spark Connect URL; use sc://HOST:PORT (for example "
+            "sc://127.0.0.1:15002), or --master for a classic Spark master"
+        )
+    return _master(text)
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """HOST and PORT of a Spark Connect URL ``sc://HOST[:PORT][/;param=value...]``."""
+    rest = url.strip()[len("sc://") :].split("/", 1)[0].split(";", 1)[0]
+    if rest.startswith("["):  # an IPv6 address
+        host, _, tail = rest[1:].partition("]")
+        port = tail.removeprefix(":")
+    else:
+        host, _, port = rest.partition(":")
+    number = integer_text(port) if port else CONNECT_DEFAULT_PORT
+    if not host or number is None or not 1 <= number <= 65535:
+        raise ConfigError(f"{url!r}: {rest!r} is not HOST:PORT")
+    return host, number
 
 
 def _master(text: str) -> str:
     if not _MASTER_RE.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a Spark master URL; use local[N] (N >= 1), local[*], "
-            "spark://HOST:PORT, yarn or k8s://HOST:PORT"
+            "spark://HOST:PORT, yarn, k8s://HOST:PORT or sc://HOST:PORT (Spark Connect)"
         )
     return text.strip()
 
@@ -119,6 +147,16 @@ def check_master(master: str | None, environ: Mapping[str, str] | None = None) -
             "--master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR (the directory of the "
             "cluster's yarn-site.xml); neither is set: set one, or give another --master"
         )
+    if master.startswith("sc://"):
+        server, server_port = connect_address(master)
+        try:
+            socket.create_connection((server, server_port), MASTER_PROBE_SECONDS).close()
+        except OSError as exc:
+            raise ConnectionFailedError(
+                f"cannot reach the Spark Connect server {master} ({server}:{server_port}: "
+                f"{exc.strerror or exc}); start it (make spark-connect-up), or check --remote"
+            ) from None
+        return
     if not master.startswith("spark://"):
         return
     errors = []
@@ -176,10 +214,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"pause between passes of --loop (default {DEFAULT_INTERVAL_SECONDS:g}, at most "
         f"{MAX_INTERVAL_SECONDS:g})",
     )
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--master",
         type=_master,
-        help="Spark master when not given by spark-submit (local[2])",
+        help="Spark master when not given by spark-submit (local[2]); sc://HOST:PORT is a "
+        "Spark Connect server, as --remote",
+    )
+    where.add_argument(
+        "--remote",
+        type=_remote,
+        dest="master",
+        metavar="sc://HOST:PORT",
+        help="run as a Spark Connect client of this server (no SparkContext needed)",
     )
     p.add_argument("--verbose", action="store_true", help="debug logging and tracebacks")
     return p
@@ -190,8 +237,11 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _spark(master: str | None):
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
+
+    if master is not None and master.startswith("sc://"):
+        return SparkSession.builder.remote(master).getOrCreate()
+    from pyspark import SparkConf
 
     builder = SparkSession.builder.appName("cassieq-repair")
     if master is not None:
