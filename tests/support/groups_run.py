@@ -141,8 +141,12 @@ def check(groups_of: dict, deliveries: list, acks: dict, vt: float) -> Counted:
     assert not twice, f"(id, version) handed out twice: {twice[:5]}"
     acked = collections.Counter(mid for (mid, _v), (_a0, ok) in acks.items() if ok)
     maybe = {mid for (mid, _v), (_a0, ok) in acks.items() if ok is None}
-    assert set(acked) | maybe >= set(groups_of), (
-        f"never acked: {sorted(set(groups_of) - set(acked) - maybe)[:10]}"
+    never = sorted(set(groups_of) - set(acked) - maybe)
+    assert not never, (
+        f"never acked: {never[:10]} ({len(never)}); their deliveries (id, version, who): "
+        f"{[(d[0], d[2], d[5]) for d in deliveries if d[0] in set(never[:10])]}; "
+        f"their acks: {[(k, v[1]) for k, v in acks.items() if k[0] in set(never[:10])]}; "
+        f"last delivery logged at {max((d[4] for d in deliveries), default=None)}"
     )
     assert set(acked) <= set(groups_of), f"unknown: {sorted(set(acked) - set(groups_of))[:10]}"
     assert max(acked.values()) == 1, f"acked twice: {[m for m, n in acked.items() if n > 1][:5]}"
