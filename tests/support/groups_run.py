@@ -141,8 +141,12 @@ def check(groups_of: dict, deliveries: list, acks: dict, vt: float) -> Counted:
     assert not twice, f"(id, version) handed out twice: {twice[:5]}"
     acked = collections.Counter(mid for (mid, _v), (_a0, ok) in acks.items() if ok)
     maybe = {mid for (mid, _v), (_a0, ok) in acks.items() if ok is None}
-    assert set(acked) | maybe >= set(groups_of), (
-        f"never acked: {sorted(set(groups_of) - set(acked) - maybe)[:10]}"
+    never = sorted(set(groups_of) - set(acked) - maybe)
+    assert not never, (
+        f"never acked: {never[:10]} ({len(never)}); their deliveries (id, version, who): "
+        f"{[(d[0], d[2], d[5]) for d in deliveries if d[0] in set(never[:10])]}; "
+        f"their acks: {[(k, v[1]) for k, v in acks.items() if k[0] in set(never[:10])]}; "
+        f"last delivery logged at {max((d[4] for d in deliveries), default=None)}"
     )
     assert set(acked) <= set(groups_of), f"unknown: {sorted(set(acked) - set(groups_of))[:10]}"
     assert max(acked.values()) == 1, f"acked twice: {[m for m, n in acked.items() if n > 1][:5]}"
@@ -183,3 +187,68 @@ def check(groups_of: dict, deliveries: list, acks: dict, vt: float) -> Counted:
 
 def kill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
+
+
+def held(log_path: Path) -> tuple[set[tuple[int, int]], set[tuple[int, int]], int]:
+    """From one consumer's log: the deliveries ``(id, version)`` it holds with no ack started
+    (of each id its latest: a later delivery means the earlier one expired), those whose ack
+    is started with no outcome logged (it may have applied), and how many deliveries it
+    logged."""
+    text = log_path.read_text() if log_path.exists() else ""
+    delivered, started, ended = set(), set(), set()
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line still being written
+        if rec[0] == "D":
+            delivered.add((rec[1], rec[3]))
+        elif rec[0] == "a":
+            started.add((rec[1], rec[2]))
+        else:
+            ended.add((rec[1], rec[2]))
+    latest = {}
+    for mid, version in delivered:
+        latest[mid] = max(version, latest.get(mid, version))
+    holding = {(mid, v) for mid, v in latest.items() if (mid, v) not in started}
+    return holding, started - ended, len(delivered)
+
+
+def kill_while_holding(
+    pid: int, log_path: Path, min_deliveries: int, timeout: float
+) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """SIGKILL the consumer ``pid`` at a moment its log shows it has logged ``min_deliveries``
+    deliveries and holds a delivered message it means to ack and has not started to (an id
+    that is not a multiple of 17: those may be left to expire on purpose). The consumer is
+    stopped (SIGSTOP) while its log is read, so what the log shows is what it holds when it is
+    killed; if it holds nothing to ack, it is let go on (SIGCONT) and looked at again.
+    Returns what it held with no ack started, and its acks cut short by the kill. Fails if
+    it holds no such message within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    looks = 0
+    while time.monotonic() < deadline:
+        if held(log_path)[2] >= min_deliveries:
+            os.kill(pid, signal.SIGSTOP)
+            looks += 1
+            holding, cut, _n = held(log_path)
+            if any(mid % 17 for mid, _v in holding):
+                os.kill(pid, signal.SIGKILL)
+                return holding, cut
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(
+        f"consumer {pid} never held a delivered, unacked message in {timeout} s "
+        f"({looks} looks at {log_path} after {min_deliveries} deliveries)"
+    )
+
+
+def ack_and_die_before_counting(options: dict, queue: str, receipt: str) -> None:
+    """Ack ``receipt`` (a grouped message's) and SIGKILL this process the moment the ack's
+    compare-and-set has applied, before its ``acked`` count is sent: a consumer that dies
+    inside ``ack``."""
+    from cassieq_spark.engine.store import faults
+
+    faults.on("consumer.grouped_ack_applied", lambda **_: os.kill(os.getpid(), signal.SIGKILL))
+    with QueueClient.from_options(options) as client:
+        client.ack(queue, receipt)

@@ -26,6 +26,7 @@ from ..core.clock import from_epoch
 from ..core.messages import Message, is_expired, read_one, remaining_ttl
 from ..core.queues import QueueInfo
 from ..core.receipts import PopReceipt
+from ..store import faults
 from ..store.session import Connection
 from ..stream.lease import stream_busy
 from ..upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
@@ -101,6 +102,9 @@ class Consumer:
             )
             if not res.was_applied:
                 return False
+            # The count is a write of its own (Cassandra batches no counter update with other
+            # writes): a client that dies here has acked the message and not counted it.
+            faults.point("consumer.grouped_ack_applied", queue=queue, message_id=r.message_id)
             self.counters.add(queue, "acked", 1)
             self.reader.heads.write_done(queue, [(row.grp, r.message_id)])
             self.timers.acked(queue, r.message_id, r.version)

@@ -2,7 +2,10 @@
 
 Counter updates are not idempotent: a write that times out and is retried may count twice.
 Each is done once per operation (per block for puts, per batch for the Spark source), never on
-a retry path, so the totals are exact unless Cassandra itself times out.
+a retry path, so the totals are exact unless Cassandra itself times out or the client dies
+between an operation and its count: an update is a write of its own after the operation
+(Cassandra batches no counter update with other tables' writes), so a consumer killed just
+after its ack applied leaves ``acked`` one short.
 
 A counter update that fails (a replica killed mid-write: Cassandra writes counters through one
 leader replica at ONE, so one lost node can time them out) is logged and dropped, never raised:
