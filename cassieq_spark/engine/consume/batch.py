@@ -27,7 +27,7 @@ from ...errors import QueueBusyError
 from ..core import clock, pointers
 from ..core.messages import Message
 from ..core.queues import QueueInfo
-from ..store import suspend
+from ..store import faults, suspend
 from ..stream.lease import stream_busy
 from .consumer import Consumer
 from .reader import Batches
@@ -76,6 +76,7 @@ def _receive(c: Consumer, queue: QueueInfo, vt: float, want: int) -> list[Messag
         if not out:
             raise busy_seen[0]
         return out
+    faults.point("batch.before_reader_path", queue=queue, now=now)
     if len(out) < want:
         try:
             out += c.reader.take(queue, ptrs, now, vt, want - len(out), Batches(c.reader))

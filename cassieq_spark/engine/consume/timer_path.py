@@ -5,6 +5,13 @@ Its cost is bounded whatever the backlog: the due rows are read a growing window
 at a time, never more than ``TIMER_READ_WINDOW`` at once; ids this client knows to be held are
 not read again before they are due, nor the ones it acked itself; and it gives up after
 ``MAX_LOST_CLAIMS`` lost claims (each lost claim costs a Paxos round and leaves a timer behind).
+
+Invariant: what a client remembers of a due slot never keeps a message from it longer than a
+fresh client would wait, and the invisibility pointer passes a slot only when every timer in
+it is resolved. A claim writes its timer first and may apply late (a request queued at a
+loaded coordinator lands after its client read the row back as "not applied"), due already,
+with that timer its only one. So a row found *fresh* in a due slot is no verdict to remember:
+it is read again at every look, and its slot stays unresolved while it is fresh.
 """
 
 from __future__ import annotations
@@ -136,8 +143,14 @@ class TimerPath:
                         slot_resolved = False
                     continue  # otherwise a later timer owns it
                 if row.version is None and to_epoch(row.visible_at) == 0:
-                    # never delivered and never delayed: the reader path owns it
-                    seen[row.id] = math.inf
+                    # Never delivered and never delayed: the timer of a claim that has not
+                    # landed (yet). The reader path owns the row while it stays fresh, but
+                    # that claim may still apply (a request queued at a loaded coordinator
+                    # after its client read it back as not applied), due in this slot, and
+                    # then this timer is the only one that brings it back (the reader path
+                    # passes claimed rows). So no memo: read it again at the next look, and
+                    # keep the slot (a memo would count as "due later" and resolve it).
+                    slot_resolved = False
                     continue
                 if (row.deliveries or 0) >= queue.max_delivery_count and not self._keeps(
                     queue, now
