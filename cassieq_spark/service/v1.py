@@ -261,7 +261,8 @@ def message_body(info: QueueInfo, m: Message) -> dict[str, Any]:
         "message": message_text(m.payload),
         "deliveryCount": max(m.delivery_count - 1, 0),
         "messageTag": message_tag(info, m.id),
-        "group": m.group,
+        # Only a grouped message names its group: an ungrouped one keeps the original's shape.
+        **({"group": m.group} if m.group is not None else {}),
     }
 
 

@@ -83,7 +83,7 @@ CLI = [
     ("C03", "bootstrap --create-keyspace --replication-factor 0", 2, r"replication factor must be an integer from 1 to 10, got 0"),
     ("C04", "bootstrap --replication-factor x", 2, r"argument --replication-factor: expected a whole number written with ASCII digits, got 'x'"),
     ("C05", "", 2, r"the following arguments are required: COMMAND"),
-    ("C06", "put {p}q1", 2, r"the following arguments are required: message"),
+    ("C06", "put {p}q1", 2, r"put needs MESSAGE \(or - to read it from stdin\), or --ndjson"),
     ("C07", "put {p}q1 hello extra", 2, r"unrecognized arguments: extra"),
     ("C08", "truncate {p}q1", 2, r"invalid choice: 'truncate'"),
     ("C08b", "purge {p}nosuchqueue", 4, r"queue '{p}nosuchqueue' does not exist"),
