@@ -124,7 +124,7 @@ class AsyncWorker:
                     await self.client.give_back(self.queue, msgs)
                 return
             if not msgs:
-                if self.stop_when_empty and not self._tasks:
+                if self.stop_when_empty and not self._tasks and not self.metrics.retries_pending():
                     return
                 continue
             if self._hb is not None:

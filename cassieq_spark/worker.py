@@ -115,6 +115,15 @@ class CountingMetrics(WorkerMetrics):
 
     def __init__(self, report: WorkerReport, user: WorkerMetrics | None, lock: threading.Lock):
         self.report, self.user, self.lock = report, user, lock
+        # When the last failed message released with a backoff is visible again: a worker
+        # that stops when the queue is empty must not stop before it, or that message would
+        # be left neither handled nor dead-lettered.
+        self.retry_due = 0.0
+
+    def retries_pending(self) -> bool:
+        """A failed message is still waiting out its backoff (``time.monotonic`` clock)."""
+        with self.lock:
+            return time.monotonic() < self.retry_due
 
     def _call(self, name: str, *args: Any) -> None:
         if self.user is not None:
@@ -132,6 +141,7 @@ class CountingMetrics(WorkerMetrics):
     def on_failure(self, message: Message, error: BaseException, retry_in: float) -> None:
         with self.lock:
             self.report.failed += 1
+            self.retry_due = max(self.retry_due, time.monotonic() + retry_in)
         self._call("on_failure", message, error, retry_in)
 
     def on_dead_letter(self, message: Message, error: BaseException) -> None:
@@ -257,7 +267,7 @@ class Worker:
             if not msgs:
                 with self._lock:
                     idle = not self._state
-                if self.stop_when_empty and idle:
+                if self.stop_when_empty and idle and not self.metrics.retries_pending():
                     return
                 continue
             if self._hb is not None:
