@@ -109,6 +109,9 @@ class WorkerReport:
     latencies: list[float] = field(default_factory=list, repr=False)
 
 
+RETRY_SETTLE_SECONDS = 3.0
+
+
 class CountingMetrics(WorkerMetrics):
     """Counts into a :class:`WorkerReport`, then calls the user's hooks (one that raises is
     logged, never fails the worker)."""
@@ -121,9 +124,12 @@ class CountingMetrics(WorkerMetrics):
         self.retry_due = 0.0
 
     def retries_pending(self) -> bool:
-        """A failed message is still waiting out its backoff (``time.monotonic`` clock)."""
+        """A failed message is still waiting out its backoff (``time.monotonic`` clock), or came
+        due less than ``RETRY_SETTLE_SECONDS`` ago: a message due again reaches a receive
+        through its invisibility timer (or is dead-lettered there), which a receive right at
+        its due time may not have passed yet."""
         with self.lock:
-            return time.monotonic() < self.retry_due
+            return time.monotonic() < self.retry_due + RETRY_SETTLE_SECONDS
 
     def _call(self, name: str, *args: Any) -> None:
         if self.user is not None:
