@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .engine.core.messages import Message
-from .errors import ConfigError, StaleReceiptError
+from .errors import StaleReceiptError
 from .heartbeat import AsyncHeartbeat
-from .worker import POLL_SLICE, Backoff, CountingMetrics, WorkerMetrics, WorkerReport
+from .worker import POLL_SLICE, Backoff, WorkerMetrics, WorkerOptions, WorkerReport
 
 if TYPE_CHECKING:
     from .async_client import AsyncQueueClient
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 __all__ = ["AsyncWorker"]
 
 
-class AsyncWorker:
+class AsyncWorker(WorkerOptions):
     """Runs ``await handler(message)`` for the messages of ``queue``, at most ``concurrency``
     at once (see the module)."""
 
@@ -55,47 +55,37 @@ class AsyncWorker:
         handle_signals: bool = True,
         stop_when_empty: bool = False,
     ):
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if shutdown_grace < 0:
-            raise ConfigError(f"shutdown_grace must be >= 0 seconds, got {shutdown_grace!r}")
+        super().__init__(
+            queue,
+            concurrency,
+            batch,
+            wait,
+            visibility_timeout,
+            heartbeat,
+            backoff,
+            metrics,
+            shutdown_grace,
+            handle_signals,
+            stop_when_empty,
+        )
         self.client = client
-        self.queue = queue
         self.handler = handler
-        self.concurrency = concurrency
-        self.batch = min(batch or concurrency, 1000)
-        self.wait = wait
-        self.visibility_timeout = visibility_timeout
-        self.heartbeat = heartbeat
-        self.backoff = backoff or Backoff()
-        self.shutdown_grace = shutdown_grace
-        self.handle_signals = handle_signals
-        self.stop_when_empty = stop_when_empty
-        self.report = WorkerReport()
-        self.metrics = CountingMetrics(self.report, metrics, threading.Lock())
         self._stop = asyncio.Event()
         self._tasks: dict[asyncio.Task[None], Message] = {}
         self._released: set[int] = set()  # id() of the deliveries released at shutdown
         self._acks: list[tuple[Message, str, float]] = []
         self._slot_free = asyncio.Event()
         self._hb: AsyncHeartbeat | None = None
-        self._vt = 0.0
-        self._max_deliveries = 0
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` then shuts down as on SIGTERM."""
         self._stop.set()
 
     async def run(self) -> WorkerReport:
-        info = await self.client.get_queue(self.queue)
-        self._vt = (
-            info.visibility_timeout
-            if self.visibility_timeout is None
-            else float(self.visibility_timeout)
-        )
-        self._max_deliveries = info.max_delivery_count
+        self.take_queue_settings(await self.client.get_queue(self.queue))
         restore = self._install_signals()
-        self._hb = AsyncHeartbeat(self.client, self.queue, self._vt) if self.heartbeat else None
+        vt = self.receive_visibility
+        self._hb = AsyncHeartbeat(self.client, self.queue, vt) if self.heartbeat else None
         try:
             await self._receive()
         finally:
@@ -117,14 +107,17 @@ class AsyncWorker:
                 return
             free = self.concurrency - len(self._tasks)
             msgs = await self.client.get_many(
-                self.queue, min(self.batch, free), self._vt, min(self.wait, POLL_SLICE)
+                self.queue,
+                min(self.batch, free),
+                self.receive_visibility,
+                min(self.wait, POLL_SLICE),
             )
             if self._stop.is_set():
                 if msgs:
                     await self.client.give_back(self.queue, msgs)
                 return
             if not msgs:
-                if self.stop_when_empty and not self._tasks and not self.metrics.retries_pending():
+                if self.may_stop_empty(bool(self._tasks)):
                     return
                 continue
             if self._hb is not None:
@@ -175,29 +168,20 @@ class AsyncWorker:
         if receipt is None:
             self.metrics.on_stale(m)
             return
-        last = m.delivery_count >= self._max_deliveries
-        delay = 0.0 if last else self.backoff.delay(m.delivery_count)
+        delay = self.failure_delay(m)
         try:
-            await self.client.change_visibility(self.queue, receipt, delay)
+            await self.client.change_visibility(self.queue, receipt, delay or 0.0)
         except StaleReceiptError:
             self.metrics.on_stale(m)
             return
-        if last:
-            self.metrics.on_dead_letter(m, exc)
-        else:
-            self.metrics.on_failure(m, exc, delay)
+        self.metrics.failure_settled(m, exc, delay)
 
     async def _flush_acks(self) -> None:
         taken, self._acks = self._acks, []
         if not taken:
             return
         results = await self.client.ack_many(self.queue, [r for _, r, _ in taken])
-        now = time.monotonic()
-        for (m, _, started), res in zip(taken, results, strict=True):
-            if res.ok:
-                self.metrics.on_ack(m, now - started)
-            else:
-                self.metrics.on_stale(m)
+        self.metrics.acks_settled(taken, results)
 
     async def _shut_down(self) -> None:
         if self._tasks:
@@ -214,11 +198,7 @@ class AsyncWorker:
             results = await self.client.change_visibility_many(
                 self.queue, [(r, 0.0) for _, r in entries]
             )
-            for (m, _), res in zip(entries, results, strict=True):
-                if res.ok:
-                    self.metrics.on_release(m)
-                else:
-                    self.metrics.on_stale(m)
+            self.metrics.releases_settled(entries, results)
         for task in left:
             task.cancel()
         if left:

@@ -21,8 +21,8 @@ Invariants:
   messages of those still running after that are released (visible again at once). Handler
   threads are daemons: a handler stuck past the grace does not keep the process alive.
 
-``stop_when_empty=True`` returns once no handler runs and a receive came back empty (a
-message still hidden by its backoff is left for a later run).
+``stop_when_empty=True`` returns once no handler runs, no failed message waits out its backoff
+(nor came due less than ``RETRY_SETTLE_SECONDS`` ago) and a receive came back empty.
 
 Metrics: pass a :class:`WorkerMetrics` (override what you need); its methods run on handler
 threads and must not raise.
@@ -35,20 +35,29 @@ import queue as queue_mod
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .engine.core.messages import Message
+from .engine.core.queues import QueueInfo
 from .errors import ConfigError, StaleReceiptError
 from .heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from .client import QueueClient
+    from .engine.consume.batch_ack import ReceiptResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Backoff", "CountingMetrics", "Worker", "WorkerMetrics", "WorkerReport"]
+__all__ = [
+    "Backoff",
+    "CountingMetrics",
+    "Worker",
+    "WorkerMetrics",
+    "WorkerOptions",
+    "WorkerReport",
+]
 
 POLL_SLICE = 1.0  # seconds: the longest receive wait, so a stop is seen within about this
 
@@ -165,11 +174,103 @@ class CountingMetrics(WorkerMetrics):
             self.report.released += 1
         self._call("on_release", message)
 
+    # -- the outcomes of a worker's calls, counted the same way by both workers ------------------
+
+    def acks_settled(
+        self, taken: Sequence[tuple[Message, str, float]], results: Sequence[ReceiptResult]
+    ) -> None:
+        """``ack_many`` of ``(message, receipt, handler start)``: acked, or stale."""
+        now = time.monotonic()
+        for (m, _, started), res in zip(taken, results, strict=True):
+            if res.ok:
+                self.on_ack(m, now - started)
+            else:
+                self.on_stale(m)
+
+    def releases_settled(
+        self, entries: Sequence[tuple[Message, str]], results: Sequence[ReceiptResult]
+    ) -> None:
+        """``change_visibility_many(..., 0)`` at shutdown: released, or stale."""
+        for (m, _), res in zip(entries, results, strict=True):
+            if res.ok:
+                self.on_release(m)
+            else:
+                self.on_stale(m)
+
+    def failure_settled(self, m: Message, error: BaseException, delay: float | None) -> None:
+        """A failed message made visible again after ``delay`` (None: at once, its last
+        allowed delivery, for the dead-letter queue)."""
+        if delay is None:
+            self.on_dead_letter(m, error)
+        else:
+            self.on_failure(m, error, delay)
+
+
+class WorkerOptions:
+    """What both workers (handler threads here, tasks in :mod:`cassieq_spark.async_worker`) are
+    configured with, checked once, and the decisions they share."""
+
+    def __init__(
+        self,
+        queue: str,
+        concurrency: int,
+        batch: int | None,
+        wait: float,
+        visibility_timeout: float | None,
+        heartbeat: bool,
+        backoff: Backoff | None,
+        metrics: WorkerMetrics | None,
+        shutdown_grace: float,
+        handle_signals: bool,
+        stop_when_empty: bool,
+    ):
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if shutdown_grace < 0:
+            raise ConfigError(f"shutdown_grace must be >= 0 seconds, got {shutdown_grace!r}")
+        self.queue = queue
+        self.concurrency = concurrency
+        self.batch = min(batch or concurrency, 1000)
+        self.wait = wait
+        self.visibility_timeout = visibility_timeout
+        self.heartbeat = heartbeat
+        self.backoff = backoff or Backoff()
+        self.shutdown_grace = shutdown_grace
+        self.handle_signals = handle_signals
+        self.stop_when_empty = stop_when_empty
+        self.report = WorkerReport()
+        self.metrics = CountingMetrics(self.report, metrics, threading.Lock())
+        # Set by take_queue_settings when the worker starts.
+        self.receive_visibility = 0.0
+        self.max_deliveries = 0
+
+    def take_queue_settings(self, info: QueueInfo) -> None:
+        """The visibility each receive asks for (the worker's own, else the queue's) and the
+        queue's delivery limit, read once when the worker starts."""
+        self.receive_visibility = (
+            info.visibility_timeout
+            if self.visibility_timeout is None
+            else float(self.visibility_timeout)
+        )
+        self.max_deliveries = info.max_delivery_count
+
+    def failure_delay(self, m: Message) -> float | None:
+        """How long a failed message stays hidden: its backoff, or None on the queue's last
+        allowed delivery (visible at once, so the engine's next look dead-letters it)."""
+        if m.delivery_count >= self.max_deliveries:
+            return None
+        return self.backoff.delay(m.delivery_count)
+
+    def may_stop_empty(self, handlers_running: bool) -> bool:
+        """A receive came back empty: with ``stop_when_empty``, stop unless a handler runs or
+        a failed message is still to come back."""
+        return self.stop_when_empty and not handlers_running and not self.metrics.retries_pending()
+
 
 _RUNNING, _RELEASED = "running", "released"
 
 
-class Worker:
+class Worker(WorkerOptions):
     """Runs ``handler(message)`` on ``concurrency`` threads for the messages of ``queue``
     (see the module for what happens to each message)."""
 
@@ -189,26 +290,23 @@ class Worker:
         handle_signals: bool = True,
         stop_when_empty: bool = False,
     ):
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if shutdown_grace < 0:
-            raise ConfigError(f"shutdown_grace must be >= 0 seconds, got {shutdown_grace!r}")
+        super().__init__(
+            queue,
+            concurrency,
+            batch,
+            wait,
+            visibility_timeout,
+            heartbeat,
+            backoff,
+            metrics,
+            shutdown_grace,
+            handle_signals,
+            stop_when_empty,
+        )
         self.client = client
-        self.queue = queue
         self.handler = handler
-        self.concurrency = concurrency
-        self.batch = min(batch or concurrency, 1000)
-        self.wait = wait
-        self.visibility_timeout = visibility_timeout
-        self.heartbeat = heartbeat
-        self.backoff = backoff or Backoff()
-        self.shutdown_grace = shutdown_grace
-        self.handle_signals = handle_signals
-        self.stop_when_empty = stop_when_empty
-        self.report = WorkerReport()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self.metrics = CountingMetrics(self.report, metrics, threading.Lock())
         self._stop = threading.Event()
         # By delivery (the Message object), not message id: a message whose timeout ran out
         # may be delivered to this worker again while its first handler still runs.
@@ -217,23 +315,16 @@ class Worker:
         self._acks: list[tuple[Message, str, float]] = []
         self._work: queue_mod.SimpleQueue[Message | None] = queue_mod.SimpleQueue()
         self._hb: Heartbeat | None = None
-        self._vt = 0.0
-        self._max_deliveries = 0
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` then shuts down as on SIGTERM."""
         self._stop.set()
 
     def run(self) -> WorkerReport:
-        info = self.client.get_queue(self.queue)
-        self._vt = (
-            info.visibility_timeout
-            if self.visibility_timeout is None
-            else float(self.visibility_timeout)
-        )
-        self._max_deliveries = info.max_delivery_count
+        self.take_queue_settings(self.client.get_queue(self.queue))
         restore = self._install_signals()
-        self._hb = Heartbeat(self.client, self.queue, self._vt) if self.heartbeat else None
+        vt = self.receive_visibility
+        self._hb = Heartbeat(self.client, self.queue, vt) if self.heartbeat else None
         threads = [
             threading.Thread(target=self._serve, name=f"worker-{self.queue}-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -264,7 +355,10 @@ class Worker:
             if self._stop.is_set():
                 return
             msgs = self.client.get_many(
-                self.queue, min(self.batch, free), self._vt, min(self.wait, POLL_SLICE)
+                self.queue,
+                min(self.batch, free),
+                self.receive_visibility,
+                min(self.wait, POLL_SLICE),
             )
             if self._stop.is_set():
                 if msgs:
@@ -272,8 +366,8 @@ class Worker:
                 return
             if not msgs:
                 with self._lock:
-                    idle = not self._state
-                if self.stop_when_empty and idle and not self.metrics.retries_pending():
+                    running = bool(self._state)
+                if self.may_stop_empty(running):
                     return
                 continue
             if self._hb is not None:
@@ -342,17 +436,13 @@ class Worker:
             self.metrics.on_stale(m)
             self._done(m)
             return
-        last = m.delivery_count >= self._max_deliveries
-        delay = 0.0 if last else self.backoff.delay(m.delivery_count)
+        delay = self.failure_delay(m)
         try:
-            client.change_visibility(self.queue, receipt, delay)
+            client.change_visibility(self.queue, receipt, delay or 0.0)
         except StaleReceiptError:
             self.metrics.on_stale(m)
         else:
-            if last:
-                self.metrics.on_dead_letter(m, exc)
-            else:
-                self.metrics.on_failure(m, exc, delay)
+            self.metrics.failure_settled(m, exc, delay)
         finally:
             self._done(m)
 
@@ -363,12 +453,7 @@ class Worker:
             return
         try:
             results = client.ack_many(self.queue, [r for _, r, _ in taken])
-            now = time.monotonic()
-            for (m, _, started), res in zip(taken, results, strict=True):
-                if res.ok:
-                    self.metrics.on_ack(m, now - started)
-                else:
-                    self.metrics.on_stale(m)
+            self.metrics.acks_settled(taken, results)
         finally:
             for m, _, _ in taken:
                 self._done(m)
@@ -390,11 +475,7 @@ class Worker:
                 entries.append((m, receipt))
         if entries:
             results = self.client.change_visibility_many(self.queue, [(r, 0.0) for _, r in entries])
-            for (m, _), res in zip(entries, results, strict=True):
-                if res.ok:
-                    self.metrics.on_release(m)
-                else:
-                    self.metrics.on_stale(m)
+            self.metrics.releases_settled(entries, results)
         with self._lock:
             for m in left:
                 self._state.pop(id(m), None)
