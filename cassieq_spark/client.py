@@ -73,6 +73,14 @@ class PutEntry:
     group: str | None = None
 
 
+def _message_headers(headers: object, position: int | None = None) -> dict[str, str] | None:
+    """A message's headers, checked, with the current span's trace context unless the caller
+    gave a ``traceparent`` (a value that is not a mapping is left for the check to refuse)."""
+    if headers is None or isinstance(headers, Mapping):
+        headers = with_trace_context(headers)
+    return check_headers(headers, position)
+
+
 def _server_message(exc: Exception) -> str:
     """The server's own words from a driver error (``message="..."``), else the error."""
     text = str(exc)
@@ -422,16 +430,9 @@ class QueueClient:
             )
         info = self._queue(queue)
         d = delay_seconds(delay)
-        # The current span's trace context, unless the caller gave a traceparent (or none).
-        h = check_headers(
-            with_trace_context(headers)
-            if headers is None or isinstance(headers, Mapping)
-            else headers
-        )
-        h = validate.grouped_headers(h, group, d)
+        h = validate.grouped_headers(_message_headers(headers), group, d)
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
-        hs = [h] * len(data) if h else None
-        ds = [d] * len(data) if d else None
+        ids: list[str | None] = [None] * len(data)
         if dedup_ids is not None:
             if isinstance(dedup_ids, str) or len(dedup_ids) != len(data):
                 raise ConfigError(
@@ -446,11 +447,7 @@ class QueueClient:
                 None if x is None else validate.dedup_id(x, f"dedup_ids[{i}]")
                 for i, x in enumerate(dedup_ids)
             ]
-            if data and any(x is not None for x in ids):
-                return enqueue_deduplicated(self.conn, self.counters, info, data, ids, hs, ds)
-        if not data:
-            return []
-        return enqueue(self.conn, self.counters, info, data, hs, ds)
+        return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 
     @timed("put_batch")
     def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
@@ -471,18 +468,27 @@ class QueueClient:
                 )
             data.append(to_bytes(e.payload, info, i))
             delay = delay_seconds(e.delay, f"delay of entry {i}")
-            given = e.headers
-            checked = check_headers(
-                with_trace_context(given) if given is None or isinstance(given, Mapping) else given,
-                i,
+            heads.append(
+                validate.grouped_headers(_message_headers(e.headers, i), e.group, delay, i)
             )
-            heads.append(validate.grouped_headers(checked, e.group, delay, i))
             delays.append(delay)
             ids.append(
                 None
                 if e.dedup_id is None
                 else validate.dedup_id(e.dedup_id, f"dedup_id of entry {i}")
             )
+        return self._write(info, data, heads, delays, ids)
+
+    def _write(
+        self,
+        info: QueueInfo,
+        data: list[bytes],
+        heads: list[dict[str, str] | None],
+        delays: list[float],
+        ids: list[str | None],
+    ) -> list[int]:
+        """Checked messages into the queue: the keyed write for those with a deduplication id,
+        one reservation for the rest; their ids in order."""
         if not data:
             return []
         h = heads if any(heads) else None

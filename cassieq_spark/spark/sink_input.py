@@ -67,6 +67,14 @@ class InputLayout:
     dedup: int | None = None  # the row's deduplication id (column `dedupId`)
 
 
+# The optional string columns: the name users write, and what the column holds.
+STRING_COLUMNS = {
+    SINK_QUEUE: ("queue", "the name of the row's queue"),
+    SINK_GROUP: ("group", "the row's message group"),
+    SINK_DEDUP: ("dedupId", "the row's deduplication id"),
+}
+
+
 def _type_name(t: DataType) -> str:
     return t.simpleString()
 
@@ -117,24 +125,13 @@ def check_input_schema(schema: StructType) -> InputLayout:
                 f"column 'delay' must be double (seconds of initial invisibility), got "
                 f"{_type_name(t)}"
             )
-    if SINK_QUEUE in found:
-        t = schema.fields[found[SINK_QUEUE]].dataType
-        if not isinstance(t, StringType):
-            raise ConfigError(
-                f"column 'queue' must be string (the name of the row's queue), got {_type_name(t)}"
-            )
-    if SINK_GROUP in found:
-        t = schema.fields[found[SINK_GROUP]].dataType
-        if not isinstance(t, StringType):
-            raise ConfigError(
-                f"column 'group' must be string (the row's message group), got {_type_name(t)}"
-            )
-    if SINK_DEDUP in found:
-        t = schema.fields[found[SINK_DEDUP]].dataType
-        if not isinstance(t, StringType):
-            raise ConfigError(
-                f"column 'dedupId' must be string (the row's deduplication id), got {_type_name(t)}"
-            )
+    for column, (name, meaning) in STRING_COLUMNS.items():
+        if column in found:
+            t = schema.fields[found[column]].dataType
+            if not isinstance(t, StringType):
+                raise ConfigError(
+                    f"column {name!r} must be string ({meaning}), got {_type_name(t)}"
+                )
     return InputLayout(
         found[SINK_VALUE],
         isinstance(value_type, StringType),
