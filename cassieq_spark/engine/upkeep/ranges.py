@@ -143,7 +143,15 @@ def republish(
         res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
         if res.closed:
             return None
+        faults.point("ranges.republish_reserved", queue=queue, res=res)
         age = _block_age(conn, queue, res.lo, clock.now())
+        if age is None:
+            # The block's row went after the key was read: another repair (or an earlier
+            # attempt of ours) wrote the copy and closed the block in between. Taking it for
+            # stale would hand the written copy to repair once more instead of to readers.
+            again = monoton.find_keyed(conn, queue, f"{key}#0")
+            if again is None or again.closed:
+                return None
         fresh = age is not None and age < repair_timeout / 2
         if fresh or _claim_stale_block(conn, queue, res):
             write_messages(
