@@ -3,7 +3,8 @@ structured-streaming source and sink."""
 
 from __future__ import annotations
 
-from .async_client import AsyncQueueClient
+from typing import TYPE_CHECKING
+
 from .client import PutEntry, QueueClient
 from .config import ConnectionConfig
 from .engine.consume.batch_ack import ReceiptResult
@@ -25,6 +26,9 @@ from .errors import (
     SchemaNotBootstrappedError,
     StaleReceiptError,
 )
+
+if TYPE_CHECKING:
+    from .async_client import AsyncQueueClient
 
 __version__ = "0.1.0"
 
@@ -54,6 +58,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    # The asyncio client runs on greenlet; load it only when asked for, so a Spark executor's
+    # environment needs only the packages docs/spark-cluster.md lists.
+    if name == "AsyncQueueClient":
+        from .async_client import AsyncQueueClient
+
+        return AsyncQueueClient
     # The Spark data source needs pyspark; load it only when asked for, so the client and the
     # CLI work without pyspark.
     if name in ("CassieQDataSource", "dead_letter", "register"):

@@ -48,3 +48,19 @@ def test_every_error_a_user_can_act_on_is_a_cassieq_error() -> None:
         obj = getattr(cassieq_spark, name)
         if isinstance(obj, type) and name.endswith("Error"):
             assert issubclass(obj, cassieq_spark.CassieQError), name
+
+
+def test_importing_the_package_or_its_spark_connector_needs_no_greenlet() -> None:
+    """Spark executors import the package from an environment docs/spark-cluster.md lists
+    (no greenlet): only the asyncio client, loaded on first use, needs it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cassieq_spark, cassieq_spark.client, cassieq_spark.spark.sink_input;"
+        "assert 'greenlet' not in sys.modules, 'greenlet imported';"
+        "from cassieq_spark import AsyncQueueClient;"
+        "assert 'greenlet' in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

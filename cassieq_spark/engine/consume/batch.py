@@ -29,7 +29,7 @@ from ..core.messages import Message
 from ..core.queues import QueueInfo
 from ..store import faults, suspend
 from ..stream.lease import stream_busy
-from .consumer import Consumer
+from .consumer import Consumer, still_held
 from .reader import Batches
 
 POLL_FIRST = 0.05  # long polling: the first pause between two looks (seconds) ...
@@ -44,7 +44,8 @@ def get_many(
     deadline = time.monotonic() + wait
     pause = POLL_FIRST
     while True:
-        out = _receive(c, queue, vt, max_messages)
+        started = clock.now()
+        out = still_held(queue, _receive(c, queue, vt, max_messages, started), started, vt)
         left = deadline - time.monotonic()
         if out or left <= 0:
             return out
@@ -52,8 +53,7 @@ def get_many(
         pause = min(pause * 2, POLL_MAX)
 
 
-def _receive(c: Consumer, queue: QueueInfo, vt: float, want: int) -> list[Message]:
-    now = clock.now()
+def _receive(c: Consumer, queue: QueueInfo, vt: float, want: int, now: float) -> list[Message]:
     ptrs = pointers.read(c.conn, queue)
     busy = stream_busy(queue, ptrs, now)
     if busy is not None:

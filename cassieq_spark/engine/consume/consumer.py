@@ -15,6 +15,7 @@ round. A get's cost is bounded whatever the backlog (see both modules).
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from cassandra.query import UNSET_VALUE
@@ -45,7 +46,35 @@ __all__ = [
     "HEADER_ORIGIN_ID",
     "HEADER_ORIGIN_QUEUE",
     "Consumer",
+    "still_held",
 ]
+
+log = logging.getLogger(__name__)
+
+
+def still_held(
+    queue: QueueInfo, messages: list[Message], started: float, vt: float
+) -> list[Message]:
+    """``messages`` claimed by a call that started at ``started`` (clock.now()), or none of them
+    if the call took so long that their visibility timeout (``started + vt``: every claim of a
+    call hides its message from the call's start) has passed by now.
+
+    Such a delivery is over before its caller sees it: another consumer may hold the message
+    already (its redelivery, or for a group its next message), so handing it out would let
+    two consumers work on it, or on one group, at once. It is kept back, not lost: its timer
+    delivers it again, as any expired delivery (its delivery count includes this one)."""
+    if not messages or clock.now() < started + vt:
+        return messages
+    log.warning(
+        "queue %s: %d message(s) claimed %.1f s ago with a %.1f s visibility timeout reached "
+        "this consumer after the timeout (a slow call); not handed out, they are delivered "
+        "again",
+        queue.name,
+        len(messages),
+        clock.now() - started,
+        vt,
+    )
+    return []
 
 
 class Consumer:
@@ -67,10 +96,11 @@ class Consumer:
         if busy is not None:
             raise busy
         msg = self.timers.next(queue, ptrs, now, visibility_timeout, self.reader.claim)
-        if msg is not None:
-            return msg
-        got = self.reader.take(queue, ptrs, now, visibility_timeout, 1, OneAtATime(self.reader))
-        return got[0] if got else None
+        if msg is None:
+            got = self.reader.take(queue, ptrs, now, visibility_timeout, 1, OneAtATime(self.reader))
+            msg = got[0] if got else None
+        held = still_held(queue, [msg] if msg is not None else [], now, visibility_timeout)
+        return held[0] if held else None
 
     # -- acknowledgement ------------------------------------------------------------------------
 
