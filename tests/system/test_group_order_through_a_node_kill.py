@@ -46,7 +46,7 @@ def test_groups_stay_ordered_and_exclusive_through_a_node_kill(cluster3: Faults,
             ctx.Process(
                 target=groups_run.consume,
                 args=(options, queue, who, str(logs[who]), VT),
-                kwargs={"lost_replies": who == 2, "seed": 11, "idle_seconds": 12.0},
+                kwargs={"lost_replies": who == 2, "seed": 11, "idle_seconds": 45.0},
             )
             for who in range(3)
         ]
