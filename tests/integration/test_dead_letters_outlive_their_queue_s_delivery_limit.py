@@ -19,7 +19,9 @@ from cassieq_spark.engine.store import faults
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
-VT = 0.2  # each inspection's visibility timeout: due again a moment later
+# Each inspection's visibility timeout: due again a moment later, and longer than a get takes
+# on a loaded runner (a get that outlasts it hands out nothing).
+VT = 0.6
 
 
 @pytest.fixture(autouse=True)

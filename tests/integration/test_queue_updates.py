@@ -103,9 +103,9 @@ def test_a_lower_delivery_limit_and_a_new_dead_letter_queue_apply_at_the_next_de
     queue_client.create_queue(queue_name, max_delivery_count=10)
     mid = queue_client.put(queue_name, b"poison")
     for _ in range(2):
-        m = queue_client.get(queue_name, visibility_timeout=0.2)
+        m = queue_client.get(queue_name, visibility_timeout=1.0)
         assert m is not None and m.id == mid
-        time.sleep(0.3)
+        time.sleep(1.1)
     queue_client.update_queue(queue_name, max_delivery_count=2, dead_letter_queue=dlq)
     assert queue_client.get(queue_name) is None  # its third delivery would pass the limit
     got = drain_messages(queue_client, dlq)

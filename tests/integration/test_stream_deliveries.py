@@ -122,8 +122,8 @@ def test_client_deliveries_count_on_the_first_run(queue_client, queue_name):
     q.create_queue(dlq)
     q.create_queue(queue_name, bucket_size=10, max_delivery_count=1, dead_letter_queue=dlq)
     mid = q.put(queue_name, b"x")
-    assert q.get(queue_name, visibility_timeout=0.3).id == mid
-    time.sleep(0.8)
+    assert q.get(queue_name, visibility_timeout=1.0).id == mid
+    time.sleep(1.5)
     info = q.get_queue(queue_name)
     assert _delivered(q, info, 0, 10, "run-1") == []
     assert [int(m.headers[HEADER_ORIGIN_ID]) for m in _letters(q, dlq)] == [mid]

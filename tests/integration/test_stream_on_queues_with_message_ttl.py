@@ -66,8 +66,8 @@ def test_a_stream_s_ack_of_a_client_delivered_message_expires_with_the_message(
     q = queue_client
     q.create_queue(queue_name, message_ttl=TTL)
     x = q.put(queue_name, b"x")
-    assert q.get(queue_name, visibility_timeout=0.2).id == x
-    time.sleep(0.3)
+    assert q.get(queue_name, visibility_timeout=1.0).id == x
+    time.sleep(1.1)
     d = drivers(queue_name, consumerId="g11-ack")
     d.start()
     assert d.batch() == [x]
