@@ -133,11 +133,15 @@ def test_remember_cuts_the_stretch_before_the_rows_it_cannot_keep():
     assert kept is not None and kept.rows() == MEMORY_ROWS and kept.end == MEMORY_ROWS
 
 
-def test_a_memory_is_used_only_from_its_own_position_and_while_young():
-    mem = memory(fresh(10), start=5, end=50)
-    assert mem.usable(5, NOW)
-    assert not mem.usable(6, NOW)  # another client moved the pointer
+def test_a_memory_is_used_from_a_position_inside_its_stretch_and_while_young():
+    a1, b1 = fresh(10, "a"), fresh(30, "b")
+    mem = memory(a1, b1, start=5, end=50)
+    assert mem.usable(5, NOW) and mem.rebased(5) is mem
+    assert not mem.usable(4, NOW) and not mem.usable(50, NOW)
     assert not mem.usable(5, NOW + MEMORY_SECONDS)
+    moved = mem.rebased(20)  # another client moved the pointer past a1
+    assert moved is not None and (moved.start, moved.end) == (20, 50)
+    assert dict(moved.groups) == {"b": (b1,)} and moved.made_at == mem.made_at
 
 
 def test_claimed_rows_keep_their_other_columns():

@@ -303,8 +303,8 @@ class Reader:
     ) -> list[Message]:
         start = max(cache.position, ptrs.reader)
         memory = cache.memory
-        if memory is not None and not memory.usable(start, now):
-            memory = cache.memory = None
+        if memory is not None:
+            memory = memory.rebased(start) if memory.usable(start, now) else None
         origin = memory.end if memory is not None else start  # the first id read from the table
         view = cache.view
         if not refresh and view is not None and origin < view[0].safe_end:

@@ -31,9 +31,10 @@ Being wrong in the safe direction only costs time: a remembered row taken for he
 finished keeps its group waiting until this client looks again (its visibility ends, the
 memory is dropped by age). Nothing remembered is ever taken for finished unless it is.
 
-The memory is dropped (the next scan reads from the reader position, as without it) when the
-reader position is not the one it was made for (another client moved the pointer), after a
-lost race or a stream taking the lease, and after :data:`MEMORY_SECONDS`; it keeps at most
+The memory follows the reader position: rows below it are forgotten (heads in flight, which
+``group_heads`` names), whoever moved the pointer. It is dropped (the next scan reads from the
+reader position, as without it) when the position is past its end, after a lost race or a
+stream taking the lease, and after :data:`MEMORY_SECONDS`; it keeps at most
 :data:`MEMORY_ROWS` rows (the stretch is cut before the rest). It is one client's cache of its
 own reads: other clients, and the timer path, do not depend on it.
 """
@@ -73,8 +74,16 @@ class StretchMemory:
         return sum(len(rows) for rows in self.groups.values())
 
     def usable(self, start: int, now: float) -> bool:
-        """Whether a scan from ``start`` at ``now`` may rely on it."""
-        return self.start == start and now - self.made_at < MEMORY_SECONDS and self.end > start
+        """Whether a scan from ``start`` at ``now`` may rely on it: young, and ``start`` in its
+        stretch (another client may have moved the pointer forward: see :meth:`rebased`)."""
+        return self.start <= start < self.end and now - self.made_at < MEMORY_SECONDS
+
+    def rebased(self, start: int) -> StretchMemory | None:
+        """The memory of ``[start, end)``: the rows below ``start`` forgotten. Rows of the
+        stretch it does not hold need nothing from the reader, whoever moved the pointer."""
+        if start == self.start:
+            return self
+        return remember(start, self.end, self.made_at, self.groups)
 
 
 def remember(
