@@ -12,6 +12,12 @@ or repair, so the pointer never stalls behind them; it stops at the first candid
 unclaimed. Under load the move is throttled (:data:`POINTER_MOVE_INTERVAL` per client); an
 idle reader persists where it got to at once.
 
+A group with messages waiting holds the pointer at its next one, and the stretch behind the
+scan's frontier would be read again by every call. So a scan leaves what it read of it to the
+next scan from the same place (``stretch_memory.py``): the grouped rows that were not finished;
+that scan reads those groups' first rows where they may have changed, then the table from where
+the last one stopped, its window (:data:`HORIZON_WINDOW`) counted from there.
+
 A claim is a compare-and-set on the message rows (``IF version = ? AND acked = null AND
 dead = null``): a single row (:meth:`Reader.claim`, one Paxos round per delivered message), or
 one conditional batch of rows of one bucket partition (:meth:`Reader.claim_batch`: one Paxos
