@@ -317,9 +317,11 @@ class Reader:
             horizon, skipped = view
         else:
             horizon = monoton.horizon(self.conn, queue, origin, now, window=HORIZON_WINDOW)
+            # From the scan's start, not its origin: after a lost race the call reads the
+            # remembered stretch from the table too.
             skipped = (
                 self.skipped_ranges(queue, start, horizon)
-                if horizon.abandoned or origin < horizon.safe_end
+                if horizon.abandoned or start < horizon.safe_end
                 else []
             )
             cache.view = (horizon, skipped)
