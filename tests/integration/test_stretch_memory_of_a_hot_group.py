@@ -7,14 +7,22 @@ compare-and-set's reply lost (the ``fault_mode`` fixture)."""
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter, defaultdict
 
 import pytest
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.consume.reader import HORIZON_WINDOW
+from cassieq_spark.engine.core import monoton
+from cassieq_spark.engine.core.messages import write_messages
+from cassieq_spark.engine.store import faults
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
+
+# Long enough that the steps between the stalled reservation and the first get finish inside it
+# on a loaded 2-core machine (as in test_engine_repair.py).
+REPAIR_TIMEOUT = 3.0
 
 
 def test_other_groups_behind_a_hot_group_longer_than_the_window_are_delivered_at_once(
@@ -36,8 +44,8 @@ def test_other_groups_behind_a_hot_group_longer_than_the_window_are_delivered_at
             delivered[m.group].append(m.id)
             waiting.discard(m.id)
         assert all(r.ok for r in q.ack_many(queue_name, [m.pop_receipt for m in got]))
-    # Without the memory every call read the window from the hot group's next message and
-    # saw nothing else: the others waited for the hot group's 4,196 messages, one per call.
+    # A scan from the hot group's next message sees nothing else within its window: without
+    # the memory the others would wait for the hot group's 4,196 messages, one per call.
     assert not waiting, f"{len(waiting)} other messages still waiting after {calls} calls"
     assert delivered["hot"] == hot[:calls]
     assert all(delivered[g] == ids for g, ids in others.items())
@@ -129,3 +137,40 @@ def test_two_clients_acking_each_other_s_deliveries_keep_every_group_in_order_an
     assert count == Counter({m: 1 for m in ids}), "each message delivered exactly once"
     for g, delivered in order.items():
         assert delivered == sorted(m for m, k in ids.items() if k == g), g
+
+
+def test_a_lost_race_in_the_remembered_stretch_never_takes_a_row_handed_to_repair(
+    queue_client, queue_name, cassieq_options
+):
+    """A call that loses the claim of a remembered row reads the stretch from the table, with
+    the reservations handed to repair in it: a message in one (its writer stalled past the
+    repair timeout) is repair's to republish, never a candidate, even when no new id arrived
+    since the memory was made."""
+    q = queue_client
+    q.create_queue(queue_name, visibility_timeout=30, repair_timeout=REPAIR_TIMEOUT)
+    info = q.get_queue(queue_name)
+    h = q.put_many(queue_name, ["h1", "h2"], group="hot")
+    stalled = monoton.reserve(q.conn, info, 1)
+    write_messages(q.conn, info, stalled.lo, [b"late"])  # written, never closed: writer died
+    a = q.put(queue_name, "a1", group="a")
+    time.sleep(REPAIR_TIMEOUT + 0.5)
+    first = {m.id: m for m in q.get_many(queue_name, max_messages=10)}
+    assert sorted(first) == [h[0], a]  # the stalled block is handed to repair
+    assert q.ack(queue_name, first[h[0]].pop_receipt)
+    # The memory now holds h2 (fresh) and a1 (held). Another client takes h2 between this
+    # client's read of it and its claim: the claim loses, the stretch is read from the table.
+    taken = []
+    with QueueClient.from_options(cassieq_options) as other:
+
+        def race(**_context):
+            faults.state.points.pop("batch.before_claim", None)
+            taken.append(other.get(queue_name))
+
+        faults.on("batch.before_claim", race)
+        try:
+            got = q.get_many(queue_name, max_messages=10)
+        finally:
+            faults.state.points.pop("batch.before_claim", None)
+    assert [m.id for m in taken if m is not None] == [h[1]]
+    assert stalled.lo not in {m.id for m in got}, "a row handed to repair was delivered"
+    assert got == []  # h2 is the other client's, a1 still held

@@ -4,9 +4,10 @@ groups", "The stretch memory").
 
 Why a reader needs it: the reader pointer cannot pass a fresh row, and a group's later messages
 stay fresh while its head is in flight. A group with many messages waiting (a *hot* group) so
-holds the pointer at its next message, and every call read the whole stretch from there again:
-rows already finished, the hot group's waiting rows, and, once that stretch was longer than
-the call's window (``reader.HORIZON_WINDOW``), nothing of the other groups beyond it.
+holds the pointer at its next message, and a scan from there would read the whole stretch
+again at every call: rows already finished, the hot group's waiting rows, and, once that
+stretch is longer than the call's window (``reader.HORIZON_WINDOW``), nothing of the other
+groups beyond it.
 
 Invariant: *for a memory of* ``[start, end)`` *made for the reader position* ``start``, *every
 row of the stretch that is not remembered needs nothing from the reader path, now or later*:
