@@ -8,6 +8,11 @@ one client loops ``get_many(100)`` + ``ack_many`` until the queue is drained or 
 budget ends; the rate is messages acked per second. Statements and lightweight transactions
 per message are counted as in ``bench/engine.py`` (client side, by CQL text).
 
+The other groups' throughput is their messages over the time until the last of them was acked.
+With the hot group the run goes on after that, delivering the hot group alone (one message per
+receive-and-ack round trip, as any group) until it drains or the budget ends; their messages
+over that whole run are reported too, but they measure the budget, not the other groups.
+
     .venv/bin/python -m bench.groups [--messages 4000] [--repeats 2] [--seconds 20]
 
 Writes bench/results/groups-<stamp>.json and .md.
@@ -73,8 +78,10 @@ def _consume(client: QueueClient, counter: CountingSession, queue: str, total: i
         results = client.ack_many(queue, [str(m.pop_receipt) for m in got])
         acked = sum(1 for r in results if r.ok)
         done += acked
-        other += sum(1 for m in got if m.group != HOT)
-        other_at = time.perf_counter() - t0
+        others_now = sum(1 for m, r in zip(got, results, strict=True) if r.ok and m.group != HOT)
+        if others_now:
+            other += others_now
+            other_at = time.perf_counter() - t0
     elapsed = time.perf_counter() - t0
     s1, l1 = counter.snapshot()
     return {
@@ -84,6 +91,9 @@ def _consume(client: QueueClient, counter: CountingSession, queue: str, total: i
         "others_acked": other,
         "others_per_second": round(other / elapsed, 1) if elapsed else None,
         "others_last_at": round(other_at, 3) if other_at else None,
+        # the other groups' own rate: their messages over the time until the last of them was
+        # acked (with a hot group the run goes on after them, delivering the hot group alone)
+        "others_own_per_second": round(other / other_at, 1) if other_at else None,
         "statements_per_message": round((s1 - s0) / max(1, done), 3),
         "lwt_per_message": round((l1 - l0) / max(1, done), 3),
     }
@@ -121,6 +131,9 @@ def run(client: QueueClient, counter: CountingSession, messages: int, repeats: i
             "others_per_second_median": statistics.median(
                 r["others_per_second"] or 0 for r in runs
             ),
+            "others_own_per_second_median": statistics.median(
+                r["others_own_per_second"] or 0 for r in runs
+            ),
             "runs": runs,
         }
     base: float = out["unordered"]["per_second_median"]
@@ -132,9 +145,18 @@ def run(client: QueueClient, counter: CountingSession, messages: int, repeats: i
     with_hot: float = out["1,000 groups + a hot group with half the traffic"][
         "others_per_second_median"
     ]
+    own_without: float = out["1,000 groups, without the hot group"]["others_own_per_second_median"]
+    own_with_hot: float = out["1,000 groups + a hot group with half the traffic"][
+        "others_own_per_second_median"
+    ]
     ratios = {
         "ordered_1000_vs_unordered": out["1,000 groups"]["vs_unordered"],
-        "others_with_hot_vs_without": round(with_hot / without, 3) if without else None,
+        # the goal's figure: the other groups' messages over the time they took
+        "others_with_hot_vs_without": round(own_with_hot / own_without, 3) if own_without else None,
+        # the same over the whole run (with the hot group: until the budget or the hot group's end)
+        "others_over_whole_run_with_hot_vs_without": round(with_hot / without, 3)
+        if without
+        else None,
     }
     return out, ratios
 
@@ -194,21 +216,25 @@ def main(argv: list[str] | None = None) -> int:
         f"repeats interleaved, at most {args.seconds:g} s each; load average "
         f"{result['load_average_start'][0]} -> {result['load_average_end'][0]}.",
         "",
-        "| scenario | msg/s (median) | vs unordered | other groups' msg/s | stmts/msg | LWT/msg |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| scenario | msg/s (median) | vs unordered | other groups' msg/s | other groups' msg/s "
+        "over the whole run | other groups done at (s) | stmts/msg | LWT/msg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in scenarios.items():
         last = s["runs"][-1]
         lines.append(
             f"| {name} | {s['per_second_median']:.1f} | {s['vs_unordered']} | "
-            f"{s['others_per_second_median']:.1f} | {last['statements_per_message']} | "
+            f"{s['others_own_per_second_median']:.1f} | {s['others_per_second_median']:.1f} | "
+            f"{last['others_last_at']} | {last['statements_per_message']} | "
             f"{last['lwt_per_message']} |"
         )
     lines += [
         "",
         f"- 1,000 groups / unordered: **{ratios['ordered_1000_vs_unordered']}** (goal >= 0.5)",
         f"- other groups with a hot group / without: **{ratios['others_with_hot_vs_without']}** "
-        "(goal >= 0.8)",
+        "(goal >= 0.8; their messages over the time until the last of them was acked)",
+        "- the same over the whole run (with the hot group the run goes on, the hot group "
+        f"alone, until it drains or the budget ends): {ratios['others_over_whole_run_with_hot_vs_without']}",
         "",
     ]
     (out_dir / f"groups-{stamp}.md").write_text("\n".join(lines))

@@ -86,7 +86,7 @@ class Gate:
                 continue
             if row.id in fresh_ids:
                 first[g] = row
-            elif not self._settled(row):
+            elif not self.settled(row):
                 held.add(g)
         unknown = [(g, r) for g, r in first.items() if (g, r.id) not in self.verdicts]
         if unknown:
@@ -98,10 +98,10 @@ class Gate:
         """The stretch's rows under ``below`` are behind the call now: their groups with a row
         not finished (claimed just now, left unclaimed, held) are blocked for the rest of it."""
         for row in rows:
-            if row.grp is not None and row.id < below and not self._settled(row):
+            if row.grp is not None and row.id < below and not self.settled(row):
                 self.blocked.add(row.grp)
 
-    def _settled(self, row) -> bool:
+    def settled(self, row) -> bool:
         """Finished, or handed to repair (repair republishes it under a new id)."""
         return is_finished(row, self.queue, self.now) or any(
             lo <= row.id < hi for lo, hi in self.skipped
@@ -119,6 +119,20 @@ class GroupHeads:
     def gate(self, queue: QueueInfo, now: float, skipped: list[tuple[int, int]]) -> Gate:
         return Gate(self, queue, now, skipped)
 
+    def finished_id(self, queue: QueueInfo, group: str) -> int:
+        """The largest id of ``group`` this client knows finished (-1: none). A group delivers
+        a message only after every earlier one finished, so every id up to it is finished."""
+        return self._finished.get((queue.queue_id, group), -1)
+
+    def read(self, queue: QueueInfo, groups: Sequence[str]) -> dict[str, Any]:
+        """The ``group_heads`` rows (``grp, head, done``) of ``groups``, one read per
+        :data:`HEADS_PER_READ` groups, all in flight at once; groups without a row are absent."""
+        futures = [
+            self.conn.execute_async(_READ_HEADS, (queue.queue_id, groups[i : i + HEADS_PER_READ]))
+            for i in range(0, len(groups), HEADS_PER_READ)
+        ]
+        return {r.grp: r for f in futures for r in f.result()}
+
     def _known(self, queue: QueueInfo, group: str, message_id: int) -> None:
         if len(self._finished) > KNOWN_GROUPS:
             self._finished.clear()
@@ -132,12 +146,7 @@ class GroupHeads:
         """For each (group, its first fresh row ``m``): may ``m`` be claimed? Yes when the
         group's head is absent, at or above ``m``, marked done, known finished, or its row
         reads finished or never delivered (a head written for a claim that did not apply)."""
-        groups = [g for g, _ in firsts]
-        futures = [
-            self.conn.execute_async(_READ_HEADS, (queue.queue_id, groups[i : i + HEADS_PER_READ]))
-            for i in range(0, len(groups), HEADS_PER_READ)
-        ]
-        heads = {r.grp: r for f in futures for r in f.result()}
+        heads = self.read(queue, [g for g, _ in firsts])
         in_stretch = {r.id: r for r in rows}
         out: dict[tuple[str, int], bool] = {}
         to_read: list[tuple[str, int, int]] = []

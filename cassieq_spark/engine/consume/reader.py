@@ -12,6 +12,12 @@ or repair, so the pointer never stalls behind them; it stops at the first candid
 unclaimed. Under load the move is throttled (:data:`POINTER_MOVE_INTERVAL` per client); an
 idle reader persists where it got to at once.
 
+A group with messages waiting holds the pointer at its next one, and the stretch behind the
+scan's frontier would be read again by every call. So a scan leaves what it read of it to the
+next scan from the same place (``stretch_memory.py``): the grouped rows that were not finished;
+that scan reads those groups' first rows where they may have changed, then the table from where
+the last one stopped, its window (:data:`HORIZON_WINDOW`) counted from there.
+
 A claim is a compare-and-set on the message rows (``IF version = ? AND acked = null AND
 dead = null``): a single row (:meth:`Reader.claim`, one Paxos round per delivered message), or
 one conditional batch of rows of one bucket partition (:meth:`Reader.claim_batch`: one Paxos
@@ -56,6 +62,7 @@ from ..store.session import Connection
 from ..stream.lease import stream_busy
 from ..upkeep.ranges import record_skipped
 from .groups import GroupHeads
+from .stretch_memory import Recollection, StretchMemory, claimed_row, read_rows, remember
 from .timer_path import CONTENDED_SECONDS, MAX_LOST_CLAIMS, ROW, SCAN_COLUMNS, TimerPath
 
 log = logging.getLogger(__name__)
@@ -118,6 +125,9 @@ class ReaderCache:
     # reopen), so the horizon is re-read only when a scan reaches its end.
     view: tuple[monoton.Horizon, list[tuple[int, int]]] | None = None
     lost_race_at: float = 0.0
+    # What the last scan read of the stretch behind its frontier (stretch_memory.py); replaced
+    # whole by each scan, never changed in place.
+    memory: StretchMemory | None = None
 
 
 def is_candidate(row, skipped: list[tuple[int, int]], queue: QueueInfo, now: float) -> bool:
@@ -254,7 +264,7 @@ class Reader:
         ``QueueBusyError`` (after giving back what it claimed) only if it returns nothing."""
         cache = self.caches.setdefault(queue.queue_id, ReaderCache())
         view = cache.view
-        cached = view is not None and max(cache.position, ptrs.reader) < view[0].safe_end
+        cached = view is not None and self._origin(cache, ptrs, now) < view[0].safe_end
         out = self._scan(queue, cache, ptrs, now, vt, want, rule, refresh=False)
         if len(out) < want and cached:
             # The cached horizon ran out: messages may have arrived beyond it.
@@ -264,6 +274,27 @@ class Reader:
                 if not out:
                     raise
         return out
+
+    def _origin(self, cache: ReaderCache, ptrs: pointers.Pointers, now: float) -> int:
+        """Where a scan reads its first row: the end of the stretch memory when it can be
+        relied on, else the reader position."""
+        start = max(cache.position, ptrs.reader)
+        memory = cache.memory
+        return memory.end if memory is not None and memory.usable(start, now) else start
+
+    def _recall(self, queue: QueueInfo, memory: StretchMemory, now: float) -> Recollection:
+        """The remembered stretch as it is now: each remembered group's first unfinished row,
+        read again where it may have changed in a way that matters (stretch_memory.py)."""
+        rec = Recollection(memory, lambda g: self.heads.finished_id(queue, g), queue, now)
+        while True:
+            groups, ids = rec.wants()
+            if not groups and not ids:
+                return rec
+            if groups:
+                heads = self.heads.read(queue, groups)
+                rec.learn_heads({g: h.done for g, h in heads.items()}, groups)
+            if ids:
+                rec.learn_rows(read_rows(self.conn, queue, ids, SCAN_COLUMNS), ids)
 
     def _scan(
         self,
@@ -277,28 +308,57 @@ class Reader:
         refresh: bool,
     ) -> list[Message]:
         start = max(cache.position, ptrs.reader)
+        memory = cache.memory
+        if memory is not None:
+            memory = memory.rebased(start) if memory.usable(start, now) else None
+        origin = memory.end if memory is not None else start  # the first id read from the table
         view = cache.view
-        if not refresh and view is not None and start < view[0].safe_end:
+        if not refresh and view is not None and origin < view[0].safe_end:
             horizon, skipped = view
         else:
-            horizon = monoton.horizon(self.conn, queue, start, now, window=HORIZON_WINDOW)
+            horizon = monoton.horizon(self.conn, queue, origin, now, window=HORIZON_WINDOW)
+            # From the scan's start, not its origin: after a lost race the call reads the
+            # remembered stretch from the table too.
             skipped = (
                 self.skipped_ranges(queue, start, horizon)
                 if horizon.abandoned or start < horizon.safe_end
                 else []
             )
             cache.view = (horizon, skipped)
+        rec = self._recall(queue, memory, now) if memory is not None else None
+        # Remembered rows after their group's first are not looked at: some may be fresh, and
+        # the reader pointer must not pass them (even if the memory is dropped below).
+        not_looked_at = rec.later_first() if rec is not None else None
         out: list[Message] = []
         at = start  # every id below this was read by this call (or needs nothing from it)
         hold: int | None = None  # the first fresh message left unclaimed: the pointer stops there
         gate = self.heads.gate(queue, now, skipped)
         lost = 0
         size: int | None = None
-        while len(out) < want and at < horizon.safe_end and lost < SCAN_ROUNDS:
+        # What the next scan from here may rely on (stretch_memory.py): the grouped rows read
+        # and not finished, the rows this call claimed as it left them, and where the stretch
+        # must end (before the first ungrouped message left unclaimed: nothing remembers it).
+        seen: dict[str, list] = rec.remaining() if rec is not None else {}
+        claimed_rows: dict[int, object] = {}
+        unremembered: int | None = None
+        forget = False  # this call saw something the memory cannot account for
+        end_of_reads = horizon.safe_end if memory is None else max(horizon.safe_end, memory.end)
+        while len(out) < want and at < end_of_reads and lost < SCAN_ROUNDS:
             contended = now - cache.lost_race_at < CONTENDED_SECONDS
-            size = rule.stretch(size, want - len(out), contended)
-            end = min(horizon.safe_end, at + size)
-            rows = list(read_range(self.conn, queue, at, end, SCAN_COLUMNS))
+            recalled = rec is not None and memory is not None and at == start
+            if recalled:
+                assert rec is not None and memory is not None
+                rows = rec.firsts()  # the remembered stretch [start, memory.end), as it is now
+                end = memory.end
+            else:
+                size = rule.stretch(size, want - len(out), contended)
+                end = min(horizon.safe_end, at + size)
+                if end <= at:
+                    break
+                rows = list(read_range(self.conn, queue, at, end, SCAN_COLUMNS))
+                for row in rows:
+                    if row.grp is not None and not gate.settled(row):
+                        seen.setdefault(row.grp, []).append(row)
             fresh = [row for row in rows if is_candidate(row, skipped, queue, now)]
             # Of a group, only its first unfinished row, and only once its head let go of it.
             candidates = gate.claimable(rows, fresh) if fresh else fresh
@@ -311,31 +371,53 @@ class Reader:
             try:
                 won, lost_now = rule.claim(queue, candidates, want - len(out), contended, now, vt)
             except QueueBusyError:
+                cache.memory = None
+                forget = True
                 if not out:
                     raise
                 hold = min(candidates[0].id, hold if hold is not None else candidates[0].id)
                 break  # a stream took the lease: keep what was claimed before, stop here
             out.extend(won)
             claimed = {m.id for m in won}
-            left = [row.id for row in fresh if row.id not in claimed]
+            for row in fresh:
+                if row.id in claimed:
+                    claimed_rows[row.id] = claimed_row(row, now, vt)
+            left = [row for row in fresh if row.id not in claimed]
+            ungrouped = [row.id for row in left if row.grp is None]
+            if ungrouped and unremembered is None:
+                unremembered = ungrouped[0]
             if lost_now:
                 cache.lost_race_at = now
                 lost += 1
                 size = None  # read the stretch afresh: the candidates read are stale
                 again = candidates[0].id if candidates else end
-                if left and left[0] < again and hold is None:
-                    hold = left[0]  # a held group's message below the stretch read again
+                if left and left[0].id < again and hold is None:
+                    hold = left[0].id  # a held group's message below the stretch read again
                 gate.passed(rows, again)
                 at = again
+                # Lost to another consumer: read what changed rather than trust a memory, and
+                # leave none (the rows read from ``again`` on are not the whole stretch).
+                rec = memory = None
+                forget = True
                 continue
             if left and hold is None:
-                hold = left[0]
+                hold = left[0].id
             gate.passed(rows, end)
             at = end
             if candidates:
                 break  # enough: the pointer cannot move past an unclaimed message anyway
         pos = at if hold is None else min(hold, at)
+        if not_looked_at is not None:
+            pos = min(pos, not_looked_at)
         self.move_reader(queue, cache, ptrs.reader, pos, now, force=not out)
+        if forget:
+            cache.memory = None
+        else:
+            end = at if memory is None else max(at, memory.end)
+            if unremembered is not None:
+                end = min(end, unremembered)
+            made_at = memory.made_at if memory is not None else now
+            cache.memory = remember(pos, end, made_at, seen, claimed_rows)
         return out
 
     def skipped_ranges(
