@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.claim_races import get_many_raced_by_a_get
 
 from cassieq_spark import QueueClient
 from cassieq_spark.cli import EXIT_EMPTY, EXIT_USAGE
@@ -182,18 +183,8 @@ def test_a_get_racing_a_batch_for_one_of_its_rows_wins_it_alone(
     q = queue_client
     q.create_queue(queue_name)
     ids = q.put_many(queue_name, [b"p"] * 20)
-    taken = []
     with QueueClient.from_options(cassieq_options) as other:
-
-        def race(**_context):
-            faults.state.points.pop("batch.before_claim", None)
-            taken.append(other.get(queue_name))
-
-        faults.on("batch.before_claim", race)
-        try:
-            got = q.get_many(queue_name, 20)
-        finally:
-            faults.state.points.pop("batch.before_claim", None)
+        got, taken = get_many_raced_by_a_get(q, other, queue_name, 20)
     assert taken and taken[0] is not None
     assert taken[0].id not in {m.id for m in got}
     assert sorted([taken[0].id, *(m.id for m in got)]) == ids

@@ -11,12 +11,12 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
+from support.claim_races import get_many_raced_by_a_get
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.consume.reader import HORIZON_WINDOW
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import write_messages
-from cassieq_spark.engine.store import faults
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fault_mode")]
 
@@ -159,18 +159,8 @@ def test_a_lost_race_in_the_remembered_stretch_never_takes_a_row_handed_to_repai
     assert q.ack(queue_name, first[h[0]].pop_receipt)
     # The memory now holds h2 (fresh) and a1 (held). Another client takes h2 between this
     # client's read of it and its claim: the claim loses, the stretch is read from the table.
-    taken = []
     with QueueClient.from_options(cassieq_options) as other:
-
-        def race(**_context):
-            faults.state.points.pop("batch.before_claim", None)
-            taken.append(other.get(queue_name))
-
-        faults.on("batch.before_claim", race)
-        try:
-            got = q.get_many(queue_name, max_messages=10)
-        finally:
-            faults.state.points.pop("batch.before_claim", None)
+        got, taken = get_many_raced_by_a_get(q, other, queue_name, 10)
     assert [m.id for m in taken if m is not None] == [h[1]]
     assert stalled.lo not in {m.id for m in got}, "a row handed to repair was delivered"
     assert got == []  # h2 is the other client's, a1 still held
