@@ -8,7 +8,8 @@ between an operation and its count: an update is a write of its own after the op
 after its ack applied leaves ``acked`` one short.
 
 A counter update that fails (a replica killed mid-write: Cassandra writes counters through one
-leader replica at ONE, so one lost node can time them out) is logged and dropped, never raised:
+leader replica at ONE, so one lost node can time them out; a coordinator shutting down refuses
+it with Overloaded) is logged and dropped, never raised:
 the message operation it follows has already happened, and an error would make its caller
 repeat it (a second copy of a put). The totals are then off by that update; the live figures of
 ``stats`` (backlog, in flight) are read from the messages and stay exact.
@@ -21,6 +22,7 @@ import logging
 from cassandra import OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionException
+from cassandra.protocol import OverloadedErrorMessage
 
 from ..store.session import Connection
 from .queues import QueueInfo
@@ -28,7 +30,9 @@ from .queues import QueueInfo
 log = logging.getLogger(__name__)
 # ConnectionException: the connection died with the update in flight (a node SIGKILLed); the
 # retry policy never re-sends a counter update, so the driver hands that error up as it is.
+# Overloaded: a coordinator that is shutting down (a rolling restart) refuses it the same way.
 COUNTER_FAILURES = (
+    OverloadedErrorMessage,
     WriteTimeout,
     Unavailable,
     OperationTimedOut,

@@ -10,7 +10,12 @@ Nothing of Cassandra is faked. Every statement the engine sends goes through
 * ``timeout_before``: the caller gets a timeout and the statement never runs;
 * ``unavailable_after``: the statement runs, then the caller gets Unavailable (what Cassandra
   raises for a compare-and-set whose proposal was accepted when a replica is lost before the
-  commit).
+  commit);
+* ``refused_before``: the caller gets Overloaded and the statement never runs (what a
+  coordinator that is shutting down answers: "Server is shutting down"). The driver's retry
+  policy re-sends what is safe to apply twice to the next host, so in production only
+  compare-and-sets and counter updates reach the engine with it; the seam raises it for any
+  statement it matches.
 
 Named *points* in the protocol code (``faults.point("sink.closed")``) let a test run its own
 action between two steps: pause, run another consumer, kill a block. ``skew`` moves this
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 
 from cassandra import ConsistencyLevel, OperationTimedOut, Unavailable, WriteTimeout
 from cassandra.policies import WriteType
+from cassandra.protocol import OverloadedErrorMessage
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,8 @@ LOST_REPLY = "lost_reply"
 RETRIED = "retried"
 TIMEOUT_BEFORE = "timeout_before"
 UNAVAILABLE_AFTER = "unavailable_after"
-MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE, UNAVAILABLE_AFTER)
+REFUSED_BEFORE = "refused_before"
+MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE, UNAVAILABLE_AFTER, REFUSED_BEFORE)
 
 
 def is_conditional(cql: str) -> bool:
@@ -115,6 +122,13 @@ def injected_unavailable(cql: str) -> Exception:
         consistency=ConsistencyLevel.SERIAL if is_conditional(cql) else None,
         required_replicas=2,
         alive_replicas=1,
+    )
+
+
+def injected_refusal(cql: str) -> Exception:
+    """What a coordinator that is shutting down answers before it runs anything."""
+    return OverloadedErrorMessage(
+        0x1001, f"injected: Server is shutting down ({cql[:60]}...)", None
     )
 
 

@@ -316,6 +316,8 @@ class Connection:
             mode = faults.take(_text(statement))
             if mode == faults.TIMEOUT_BEFORE:
                 raise faults.injected_timeout(_text(statement))
+            if mode == faults.REFUSED_BEFORE:
+                raise faults.injected_refusal(_text(statement))
             if mode == faults.RETRIED:
                 self.session.execute(stmt, params or None, **kw)
             elif mode == faults.LOST_REPLY:
@@ -342,6 +344,8 @@ class Connection:
             mode = faults.take(_text(statement))
             if mode == faults.TIMEOUT_BEFORE:
                 return _Failed(faults.injected_timeout(_text(statement)))
+            if mode == faults.REFUSED_BEFORE:
+                return _Failed(faults.injected_refusal(_text(statement)))
             if mode == faults.RETRIED:
                 self.session.execute(stmt, params or None, **kw)
             elif mode == faults.LOST_REPLY:
