@@ -7,16 +7,17 @@ then runs together:
 - a Spark streaming sink (rate source -> queue ``stream``) and the streaming source on that
   queue (processingTime 500 ms, foreachBatch recording every delivery), in this process's
   local[2] Spark;
-- a client producer into ``stream``, a client producer into ``clients`` and two client get/ack
-  consumers on ``clients``, each in a process of its own.
+- a client producer into ``stream``, a client producer into ``clients``, a get/ack consumer and a
+  get_many(10)/ack_many consumer (batch receive) on ``clients``, each in a process of its own.
 
 Every payload carries its send time, so each delivery gives an end-to-end latency. After the
 run it stops the producers, lets the consumers drain, and writes
 ``bench/results/soak-<stamp>.json``: messages produced and delivered per path, duplicates with
 their cause (a replay of the same Spark batch; a client redelivery after the visibility timeout;
 an enqueue twice), lost messages, latency p50/p99 per minute, and the resident memory of every
-process (Python driver, Spark JVM, Python workers, client processes, Cassandra nodes) at the
-start, at minute 2 and at the end.
+process (Python driver, Spark JVM, Python workers, client processes, Cassandra nodes) every
+10 s, its growth from minute 5 (after warm-up) to the end, and a PNG of memory and p99 latency
+beside the JSON.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PORT, STORAGE_PORT = 21042, 21000
 SINK_ROWS_PER_SECOND = 20
 PRODUCER_RATE = 10.0  # messages per second, per client producer
+# One get/ack consumer and one get_many(10)/ack_many consumer on the client queue.
+CONSUMER_BATCHES = (1, 10)
+WARM_UP_MINUTES = 5  # memory growth is measured from here to the end
 
 
 class Deliveries:
@@ -86,7 +90,8 @@ class MemoryLog:
             if kb is None:
                 continue
             if "java" in cmd.split(" ")[0] and "CassandraDaemon" not in cmd:
-                rss["spark_jvm"] = round(kb / 1024.0, 1)
+                # The largest: a short-lived java child (seen as 1 MiB samples) is not Spark.
+                rss["spark_jvm"] = max(rss.get("spark_jvm", 0.0), round(kb / 1024.0, 1))
             elif "pyspark" in cmd:
                 workers += 1
                 workers_kb += kb
@@ -218,9 +223,9 @@ def run(minutes: float, nodes: int) -> dict[str, Any]:
                 args=(options, client_q, "pc", PRODUCER_RATE, stop, str(work / "pc.jsonl")),
             ),
         }
-        for k in range(2):
+        for k, batch in enumerate(CONSUMER_BATCHES):
             procs[f"consumer_{k}"] = ctx.Process(
-                target=consume, args=(options, client_q, stop, str(work / f"c{k}.jsonl"))
+                target=consume, args=(options, client_q, stop, str(work / f"c{k}.jsonl"), batch)
             )
         cfg = BenchConfig.make(quick=True)
         spark = spark_session(cfg, "cassieq-soak")
@@ -293,7 +298,12 @@ def run(minutes: float, nodes: int) -> dict[str, Any]:
     with deliveries.lock:
         rows = list(deliveries.rows)
     stream = _stream_figures(rows, produced_stream, sink_rows)
-    acks = [r for k in range(2) for r in read_lines(work / f"c{k}.jsonl") if "p" in r]
+    acks = [
+        r
+        for k in range(len(CONSUMER_BATCHES))
+        for r in read_lines(work / f"c{k}.jsonl")
+        if "p" in r
+    ]
     produced_clients = {r["p"] for r in read_lines(work / "pc.jsonl") if "p" in r}
     clients = _client_figures(acks, produced_clients)
     errors = [r["error"] for f in work.glob("*.jsonl") for r in read_lines(f) if "error" in r]
@@ -303,11 +313,15 @@ def run(minutes: float, nodes: int) -> dict[str, Any]:
     steady = [m for m in per_minute if 2 <= m["minute"] <= minutes]
     end = memory.samples[-1][0]
     start_mem, minute2, end_mem = memory.at(30), memory.at(120), memory.at(end)
-    growth = {
-        k: round(100.0 * (end_mem[k] - v) / v, 1)
-        for k, v in minute2.items()
-        if k in end_mem and v > 0 and k != "spark_python_workers"
-    }
+    warm = memory.at(min(WARM_UP_MINUTES * 60, end))
+
+    def growth_from(base: dict[str, float]) -> dict[str, float]:
+        return {
+            k: round(100.0 * (end_mem[k] - v) / v, 1)
+            for k, v in base.items()
+            if k in end_mem and v > 0 and k != "spark_python_workers"
+        }
+
     return {
         "minutes": minutes,
         "nodes": nodes,
@@ -330,10 +344,60 @@ def run(minutes: float, nodes: int) -> dict[str, Any]:
             min((m["p99_s"] for m in steady), default=None),
             max((m["p99_s"] for m in steady), default=None),
         ],
-        "memory_mib": {"start_30s": start_mem, "minute_2": minute2, "end": end_mem},
-        "memory_growth_pct_minute2_to_end": growth,
+        "memory_mib": {
+            "start_30s": start_mem,
+            "minute_2": minute2,
+            f"minute_{WARM_UP_MINUTES}": warm,
+            "end": end_mem,
+        },
+        "memory_growth_pct_minute2_to_end": growth_from(minute2),
+        f"memory_growth_pct_minute{WARM_UP_MINUTES}_to_end": growth_from(warm),
+        "memory_series_mib": [
+            {"s": round(t, 1), **{k: v for k, v in rss.items() if k != "spark_python_workers"}}
+            for t, rss in memory.samples
+        ],
+        "consumer_batches": list(CONSUMER_BATCHES),
         "load_average": os.getloadavg(),
     }
+
+
+def soak_plot(report: dict[str, Any], out: Path) -> Path:
+    """Resident memory of every process and the per-minute p99 of each path, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (mem, lat) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    series = report["memory_series_mib"]
+    names = sorted({k for row in series for k in row if k != "s"})
+    for name in names:
+        # Runs before the sampler kept the largest java child recorded a short-lived one as
+        # the Spark JVM now and then (samples of 1 MiB): left out.
+        pts = [
+            (row["s"] / 60, row[name])
+            for row in series
+            if name in row and not (name == "spark_jvm" and row[name] < 50)
+        ]
+        mem.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
+    mem.axvline(WARM_UP_MINUTES, color="grey", linestyle=":")
+    mem.set_ylabel("RSS (MiB)")
+    mem.set_yscale("log")
+    mem.legend(fontsize=7, ncol=3, loc="lower right")
+    mem.set_title(
+        f"soak {report['minutes']:g} min, {report['nodes']} nodes: memory and p99 latency"
+    )
+    for kind in ("stream", "clients"):
+        rows = report[f"latency_per_minute_{kind}"]
+        lat.plot([m["minute"] for m in rows], [m["p99_s"] for m in rows], marker=".", label=kind)
+    lat.set_xlabel("minute")
+    lat.set_ylabel("p99 put-to-delivery (s)")
+    lat.set_yscale("log")
+    lat.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,8 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         for m in report[f"latency_per_minute_{kind}"]:
             print(f"{kind} minute {m['minute']}: {m['messages']} msgs, p50 {m['p50_s']} s, "
                   f"p99 {m['p99_s']} s")  # fmt: skip
-    print(f"memory growth minute 2 -> end (%): {report['memory_growth_pct_minute2_to_end']}")
+    growth = report[f"memory_growth_pct_minute{WARM_UP_MINUTES}_to_end"]
+    print(f"memory growth minute {WARM_UP_MINUTES} -> end (%): {growth}")
     print(f"wrote {path}")
+    try:
+        print(f"plot {soak_plot(report, path.with_suffix('.png'))}")
+    except ImportError as exc:  # matplotlib is part of the bench extra
+        log.warning("no plot: %s", exc)
     lost = report["stream"]["lost_count"] + report["clients"]["lost_count"]
     return 1 if lost else 0
 

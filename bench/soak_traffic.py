@@ -45,17 +45,22 @@ def produce(
                 time.sleep(ahead)
 
 
-def consume(options: dict[str, str], queue: str, stop: str, out: str) -> None:
-    """get/ack until the stop file exists and the queue has been empty for 10 s. A line per
-    acked delivery: payload, id, received ms, delivery count."""
+def consume(options: dict[str, str], queue: str, stop: str, out: str, batch: int = 1) -> None:
+    """get/ack (``batch`` 1) or get_many(batch)/ack_many until the stop file exists and the
+    queue has been empty for 10 s. A line per acked delivery: payload, id, received ms,
+    delivery count."""
     from cassieq_spark import QueueClient
 
     with QueueClient.from_options(options) as client, open(out, "a") as f:
         idle_since = None
         while True:
             try:
-                msg = client.get(queue, visibility_timeout=60)
-                if msg is None:
+                if batch == 1:
+                    one = client.get(queue, visibility_timeout=60)
+                    msgs = [one] if one is not None else []
+                else:
+                    msgs = client.get_many(queue, batch, visibility_timeout=60, wait_seconds=1)
+                if not msgs:
                     idle_since = idle_since or time.monotonic()
                     if os.path.exists(stop) and time.monotonic() - idle_since > 10:
                         return
@@ -63,10 +68,16 @@ def consume(options: dict[str, str], queue: str, stop: str, out: str) -> None:
                     continue
                 idle_since = None
                 got = _now_ms()
-                if msg.pop_receipt and client.ack(queue, msg.pop_receipt):
-                    rec = {"p": msg.text, "id": msg.id, "t": got, "n": msg.delivery_count}
-                    f.write(json.dumps(rec) + "\n")
-                    f.flush()
+                held = [(m, m.pop_receipt) for m in msgs if m.pop_receipt]
+                if batch == 1:
+                    acked = [client.ack(queue, r) for _, r in held]
+                else:
+                    acked = [res.ok for res in client.ack_many(queue, [r for _, r in held])]
+                for (msg, _), ok in zip(held, acked, strict=True):
+                    if ok:
+                        rec = {"p": msg.text, "id": msg.id, "t": got, "n": msg.delivery_count}
+                        f.write(json.dumps(rec) + "\n")
+                f.flush()
             except Exception as exc:
                 f.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}) + "\n")
                 f.flush()

@@ -248,6 +248,9 @@ def spark() -> Iterator[Any]:
         .appName("cassieq-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # A Python worker started on a loaded 2-core machine (load 20-25 with clusters and
+        # other work) took over the default 15 s to connect back and failed a streaming query.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

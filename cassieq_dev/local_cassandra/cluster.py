@@ -82,6 +82,7 @@ class LocalCassandra:
         durable: bool = False,
         auth: bool = False,
         tls: bool | str | None = None,
+        cgroups: Path | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
@@ -96,6 +97,10 @@ class LocalCassandra:
         self.durable = durable
         self.auth = auth
         self.tls = check_tls_mode(tls)
+        # A cgroup v2 directory: node i starts in ``cgroups/node<i>`` (see process.spawn).
+        self.cgroups = cgroups
+        # Extra environment of a node's next start (e.g. a faked clock), by node index.
+        self.node_env: dict[int, dict[str, str]] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._started_here: list[int] = []
 
@@ -128,6 +133,10 @@ class LocalCassandra:
             self.auth,
             self.tls,
         )
+
+    def node_cgroup(self, index: int) -> Path | None:
+        """The cgroup v2 directory node ``index`` starts in, or None."""
+        return None if self.cgroups is None else self.cgroups / f"node{index}"
 
     # --- security ------------------------------------------------------------------------------
     @property
@@ -229,7 +238,13 @@ class LocalCassandra:
                 )
         if node.tls is not None:
             ensure_tls_files(node.tls_dir)
-        proc = spawn(node, java, self.heap)
+        proc = spawn(
+            node,
+            java,
+            self.heap,
+            cgroup=self.node_cgroup(index),
+            env=self.node_env.get(index),
+        )
         self._procs[index] = proc
         try:
             self._wait_ready(node, started)

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 
@@ -122,8 +123,27 @@ def live_pid(node: NodeConfig) -> int | None:
     return None
 
 
-def spawn(node: NodeConfig, java: str, heap: str) -> subprocess.Popen[bytes]:
-    """Write the node's files and start its JVM in a session of its own (it outlives us)."""
+def spawn(
+    node: NodeConfig,
+    java: str,
+    heap: str,
+    cgroup: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Write the node's files and start its JVM in a session of its own (it outlives us).
+
+    ``cgroup``: a cgroup v2 directory the JVM starts in (created if missing), so that every
+    socket it opens carries it (a packet filter can then tell this node's packets from the
+    other nodes', which all send from 127.0.0.1). ``env``: variables added to its environment.
+    """
+    join_cgroup = None
+    if cgroup is not None:
+        cgroup.mkdir(parents=True, exist_ok=True)
+        procs = cgroup / "cgroup.procs"
+
+        def join_cgroup() -> None:  # in the child, before exec: "0" is the writing process
+            procs.write_text("0")
+
     for sub in NODE_SUBDIRS:
         (node.node_dir / sub).mkdir(parents=True, exist_ok=True)
     node.yaml_path.write_text(render_yaml(node))
@@ -139,6 +159,8 @@ def spawn(node: NodeConfig, java: str, heap: str) -> subprocess.Popen[bytes]:
             cwd=node.node_dir,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=join_cgroup,
+            env={**os.environ, **env} if env else None,
         )
     node.pid_file.write_text(f"{proc.pid}\n")
     return proc

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-from cassandra.policies import RoundRobinPolicy
+from cassandra.policies import ExponentialReconnectionPolicy, RoundRobinPolicy
 
 from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
 
@@ -49,7 +49,11 @@ def durable_cluster(
     nodes: int, port: int, storage_port: int, name: str, heap: str = "384M"
 ) -> LocalCassandra:
     """A durable local cluster (a SIGKILLed node restarts with all it acknowledged) in its own
-    directory; wiped first when none of its nodes runs, so every run starts from a fresh ring."""
+    directory; wiped first when none of its nodes runs, so every run starts from a fresh ring.
+    Each node runs in a cgroup of its own where this process may make one (for the network
+    faults, support/net_faults.py)."""
+    from support.net_faults import node_cgroups
+
     cluster = LocalCassandra(
         nodes=nodes,
         port=port,
@@ -57,10 +61,35 @@ def durable_cluster(
         heap=heap,
         base_dir=STATE_DIR / name,
         durable=True,
+        cgroups=node_cgroups(name),
     )
     if not any(cluster.is_node_running(i) for i in range(1, nodes + 1)):
         cluster.wipe()
     return cluster
+
+
+def faked_clock_env(offset_seconds: float) -> dict[str, str]:
+    """The environment that starts a JVM with its wall clock ``offset_seconds`` off (Debian's
+    libfaketime, package ``faketime``); monotonic clocks stay real. Fails when it is missing.
+
+    Measured on a 2-core machine at load 20-26: a JVM under it reads its clock 7-15 times more
+    slowly (10 million reads: 2.4 s plain, 17 s libfaketime, 37 s libfaketimeMT), and a
+    Cassandra node under it did not answer CQL within 5 minutes (twice, with and without
+    ``FAKETIME_NO_CACHE``), so no test uses it yet; the JVM's clock is moved as asked (+1.8 to
+    +2 s read back by ``System.currentTimeMillis``)."""
+    import glob
+
+    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    if not libs:
+        raise AssertionError(
+            "libfaketime is not installed: the clock tests need it (`apt-get install -y "
+            "faketime`, as root; .ci/run installs it)"
+        )
+    return {
+        "LD_PRELOAD": libs[0],
+        "FAKETIME": f"{offset_seconds:+g}s",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
 
 
 class Faults:
@@ -75,6 +104,8 @@ class Faults:
             port=cluster.port,
             protocol_version=5,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            # Sees nodes back within seconds, also after the whole cluster was stopped.
+            reconnection_policy=ExponentialReconnectionPolicy(0.5, 2.0),
         )
         self.session = self.watcher.connect()
         # A table on every node: reading it at ALL through each node in turn proves that every
@@ -126,6 +157,34 @@ class Faults:
         self.cluster.start_node(index)
         self.wait_all_up(timeout)
         return time.monotonic() - started
+
+    def restart_with_clock(
+        self, index: int, offset_seconds: float, timeout: float = 180.0
+    ) -> float:
+        """Stop node ``index`` gracefully and start it again with its wall clock moved by
+        ``offset_seconds`` (its JVM under libfaketime; 0 starts it on the real clock again).
+        Returns the seconds the restart took."""
+        if offset_seconds:
+            self.cluster.node_env[index] = faked_clock_env(offset_seconds)
+        else:
+            self.cluster.node_env.pop(index, None)
+        if self.cluster.is_node_running(index):
+            self.stop(index)
+        return self.restart(index, timeout)
+
+    def node_clock_offset(self, index: int) -> float:
+        """Node ``index``'s wall clock minus this process's, seconds (read through CQL)."""
+        from cassandra.query import SimpleStatement
+
+        host = next(
+            h
+            for h in self.watcher.metadata.all_hosts()
+            if h.address == self.cluster.node(index).address
+        )
+        stmt = SimpleStatement("SELECT toUnixTimestamp(now()) AS now FROM system.local")
+        before = time.time()
+        row = self.session.execute(stmt, host=host, timeout=10).one()
+        return row.now / 1000.0 - (before + time.time()) / 2
 
     def hosts_up(self) -> dict[str, bool]:
         return {h.address: bool(h.is_up) for h in self.watcher.metadata.all_hosts()}
@@ -186,13 +245,19 @@ def _described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300] + where
 
 
-def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) -> None:
-    """put and put_many (5 messages) in turn until ``stop``; reports what was sent and every
-    error that reached the caller."""
+def produce(
+    options: dict[str, str], queue: str, tag: str, stop: Any, out: Any, skew: float = 0.0
+) -> None:
+    """put and put_many (5 messages) in turn until ``stop``; reports what was sent, every
+    error that reached the caller and the longest call (seconds). ``skew``: this process's
+    clock moved by that many seconds (the fault seam's skew)."""
     from cassieq_spark import QueueClient
+    from cassieq_spark.engine.store import faults
 
+    faults.set_skew(skew)
     sent: list[str] = []
     errors: list[str] = []
+    longest = 0.0
     with QueueClient.from_options(options) as client:
         i = 0
         while not stop.is_set():
@@ -200,6 +265,7 @@ def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) 
                 time.sleep(0.2)
                 continue
             batch = [f"{tag}-{i}-{k}" for k in range(5 if i % 2 else 1)]
+            began = time.monotonic()
             try:
                 if len(batch) == 1:
                     client.put(queue, batch[0].encode())
@@ -208,22 +274,29 @@ def produce(options: dict[str, str], queue: str, tag: str, stop: Any, out: Any) 
                 sent.extend(batch)
             except Exception as exc:  # the test fails on any; it records which
                 errors.append(_described(exc))
+            longest = max(longest, time.monotonic() - began)
             i += 1
             time.sleep(0.15)  # about what two consumers keep up with on this machine
-    out.put(("producer", sent, errors))
+    out.put(("producer", sent, errors, longest))
 
 
-def consume(options: dict[str, str], queue: str, stop: Any, out: Any) -> None:
+def consume(options: dict[str, str], queue: str, stop: Any, out: Any, skew: float = 0.0) -> None:
     """get/ack until ``stop`` and 8 s without a message; reports (payload, id, got at, acked
-    at) per delivery it acked, and every error that reached the caller."""
+    at) per delivery it acked, every error that reached the caller, the longest call and the
+    payloads whose ack raised (it may have applied). ``skew`` as for :func:`produce`."""
     from cassieq_spark import QueueClient
+    from cassieq_spark.engine.store import faults
 
+    faults.set_skew(skew)
     acked: list[tuple[str, int, float, float]] = []
     errors: list[str] = []
+    unsure: list[str] = []
+    longest = 0.0
     with QueueClient.from_options(options) as client:
         idle_since = None
         started = time.monotonic()
         while time.monotonic() - started < CONSUMER_MAX_SECONDS:
+            began = time.monotonic()
             try:
                 msg = client.get(queue, visibility_timeout=60)
                 if msg is None:
@@ -234,21 +307,28 @@ def consume(options: dict[str, str], queue: str, stop: Any, out: Any) -> None:
                     continue
                 idle_since = None
                 got = time.time()
-                if client.ack(queue, msg.pop_receipt):
+                try:
+                    done = client.ack(queue, msg.pop_receipt)
+                except Exception:
+                    unsure.append(msg.text)  # the ack may have applied: never redelivered
+                    raise
+                if done:
                     acked.append((msg.text, msg.id, got, time.time()))
             except Exception as exc:
                 errors.append(_described(exc))
-    out.put(("consumer", acked, errors))
+            longest = max(longest, time.monotonic() - began)
+    out.put(("consumer", acked, errors, longest, unsure))
 
 
-def check_client_traffic(results: list[tuple[str, list, list[str]]]) -> dict[str, Any]:
+def check_client_traffic(results: list[tuple[str, list, list[str], float]]) -> dict[str, Any]:
     """Every payload a producer sent was acked exactly once under one id, no delivery was held
     by two consumers at once, and no error reached a caller. Returns figures for the report."""
     import collections
 
-    sent = [s for kind, s, _ in results if kind == "producer" for s in s]
-    acked = [a for kind, a, _ in results if kind == "consumer" for a in a]
-    errors = [e for _, _, errs in results for e in errs]
+    sent = [s for kind, s, *_ in results if kind == "producer" for s in s]
+    acked = [a for kind, a, *_ in results if kind == "consumer" for a in a]
+    errors = [e for _, _, errs, *_ in results for e in errs]
+    longest_call = max((r[3] for r in results), default=0.0)
     kinds = collections.Counter(e.split(":")[0] for e in errors)
     assert errors == [], f"{len(errors)} errors reached the callers {dict(kinds)}: {errors[:3]}"
     assert len(sent) == len(set(sent)) and len(sent) > 100, len(sent)
@@ -270,4 +350,8 @@ def check_client_traffic(results: list[tuple[str, list, list[str]]]) -> dict[str
     assert overlapping == [], f"ids held by two consumers: {overlapping[:5]}"
     times = sorted(done for _, _, _, done in acked)
     gap = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
-    return {"messages": len(sent), "longest_ack_pause_s": round(gap, 1)}
+    return {
+        "messages": len(sent),
+        "longest_ack_pause_s": round(gap, 1),
+        "longest_client_call_s": round(longest_call, 1),
+    }

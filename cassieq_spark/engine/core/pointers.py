@@ -123,7 +123,7 @@ def lease_time(epoch_seconds: float) -> dt.datetime:
     return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=int(epoch_seconds * 1000))
 
 
-_READ_LEASE = "SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?"
+LEASE_READ = "SELECT lease_owner, lease_until FROM {ks}.pointers WHERE queue_id = ?"
 
 
 def acquire_lease(
@@ -147,7 +147,7 @@ def acquire_lease(
             "UPDATE {ks}.pointers SET lease_owner = ?, lease_until = ? WHERE queue_id = ? "
             "IF lease_owner = ? AND lease_until = ? AND reader >= 0",
             (owner, until, queue.queue_id, current.lease_owner, current.lease_token),
-            read=_READ_LEASE,
+            read=LEASE_READ,
             read_params=(queue.queue_id,),
             applied=mine,
         )
@@ -173,7 +173,7 @@ def renew_lease(
         "UPDATE {ks}.pointers SET lease_until = ? WHERE queue_id = ? "
         "IF lease_owner = ? AND lease_until = ?",
         (until, queue.queue_id, owner, token),
-        read=_READ_LEASE,
+        read=LEASE_READ,
         read_params=(queue.queue_id,),
         applied=lambda row: (
             row is not None and row.lease_owner == owner and row.lease_until == until
@@ -187,7 +187,7 @@ def release_lease(conn: Connection, queue: QueueInfo, owner: str, token: dt.date
         "UPDATE {ks}.pointers SET lease_owner = null, lease_until = null WHERE queue_id = ? "
         "IF lease_owner = ? AND lease_until = ?",
         (queue.queue_id, owner, token),
-        read=_READ_LEASE,
+        read=LEASE_READ,
         read_params=(queue.queue_id,),
         applied=lambda row: row is None or row.lease_owner != owner or row.lease_until != token,
     )

@@ -62,6 +62,18 @@ SPECULATIVE_DELAY = 5.0  # seconds; well under the 20 s request timeout, rare wh
 # after an outage fail again: its reused worker had not yet seen the node back).
 RECONNECT_BASE_DELAY = 0.5
 RECONNECT_MAX_DELAY = 2.0
+# A node cut off by the network (not dead: its connections get no reset, only silence) holds
+# every request sent to it until the request timeout, and the driver keeps choosing it: with
+# the driver's defaults (a heartbeat every 30 s, 30 s to answer) a partitioned coordinator was
+# used for up to a minute, and a put_many blocked 59 s. A connection that has received nothing
+# for HEARTBEAT_INTERVAL is sent a heartbeat; one that does not answer it within
+# HEARTBEAT_TIMEOUT is closed, its requests in flight fail over (idempotent ones to the next
+# replica, compare-and-sets to their settle read) and the node is marked down until it
+# answers again. A silent node is so left within 2 * HEARTBEAT_INTERVAL + HEARTBEAT_TIMEOUT
+# (16 s). The timeout stays well above a loaded node's reply time to a heartbeat (the
+# transport thread answers it, not the request stages).
+HEARTBEAT_INTERVAL = 4.0
+HEARTBEAT_TIMEOUT = 8.0
 
 
 class CasResult:
@@ -188,6 +200,8 @@ class Connection:
                 reconnection_policy=ExponentialReconnectionPolicy(
                     RECONNECT_BASE_DELAY, RECONNECT_MAX_DELAY
                 ),
+                idle_heartbeat_interval=HEARTBEAT_INTERVAL,
+                idle_heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 # v4 avoids v5's per-frame checksums, partly computed in pure Python.
                 protocol_version=4,
             )
