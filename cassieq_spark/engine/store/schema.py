@@ -371,11 +371,7 @@ def bootstrap(session: Session, keyspace: str) -> int:
             continue
         for statement in MIGRATIONS[version]:
             session.execute(statement.replace("{ks}.", f"{keyspace}."), timeout=60)
-        session.execute(
-            f"INSERT INTO {keyspace}.schema_version (component, version, applied_at) "
-            "VALUES ('cassieq', %s, toTimestamp(now()))",
-            (version,),
-        )
+        record_version(session, keyspace, version)
         log.info("schema of keyspace %s migrated to version %d", keyspace, version)
     session.cluster.control_connection.wait_for_schema_agreement()
     if have < SCHEMA_VERSION:
@@ -383,6 +379,34 @@ def bootstrap(session: Session, keyspace: str) -> int:
         # have reached this session's view: later version checks read it.
         session.cluster.refresh_schema_metadata()
     return max(have, SCHEMA_VERSION)
+
+
+def record_version(session: Session, keyspace: str, version: int) -> None:
+    """Record that migration ``version`` is applied, never moving the recorded version back.
+
+    Several processes may bootstrap one keyspace at once (service instances started with
+    ``--bootstrap``, test workers): one that read an older version runs the later migrations
+    again (each is idempotent) and records each step as it goes. A plain write of its step 7
+    after another process recorded 10 would make every client refuse the keyspace as not
+    bootstrapped until the slow one finished; compare-and-sets keep the highest version.
+    """
+    table = f"{keyspace}.schema_version"
+    rs = session.execute(
+        f"INSERT INTO {table} (component, version, applied_at) "
+        "VALUES ('cassieq', %s, toTimestamp(now())) IF NOT EXISTS",
+        (version,),
+        timeout=60,
+    )
+    while not rs.was_applied:
+        have = rs.one().version  # the recorded version the compare-and-set found
+        if have is not None and have >= version:
+            return
+        rs = session.execute(
+            f"UPDATE {table} SET version = %s, applied_at = toTimestamp(now()) "
+            "WHERE component = 'cassieq' IF version = %s",
+            (version, have),
+            timeout=60,
+        )
 
 
 def _version(session: Session, keyspace: str) -> int:
