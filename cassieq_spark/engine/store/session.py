@@ -322,24 +322,27 @@ class Connection:
     def _statement(self, statement):
         return self.prepare(statement) if isinstance(statement, str) else statement
 
+    def _disturb(self, statement, stmt, params, kw) -> Exception | None:
+        """Apply the fault a test injected into this execution (faults.py), if any: run the
+        statement where the fault says it ran, and return the error its caller gets instead of
+        the result (None: the caller runs it as usual, once more for ``retried``)."""
+        mode = faults.take(_text(statement))
+        if mode in (faults.RETRIED, faults.LOST_REPLY, faults.UNAVAILABLE_AFTER):
+            self.session.execute(stmt, params or None, **kw)
+        if mode in (faults.TIMEOUT_BEFORE, faults.LOST_REPLY):
+            return faults.injected_timeout(_text(statement))
+        if mode == faults.REFUSED_BEFORE:
+            return faults.injected_refusal(_text(statement))
+        if mode == faults.UNAVAILABLE_AFTER:
+            return faults.injected_unavailable(_text(statement))
+        return None
+
     def execute(self, statement, params: tuple | list | None = (), **kw):
         """Run ``statement`` (CQL text with ``{ks}``, or a bound/batch statement)."""
         stmt = self._statement(statement)
         kw.setdefault("execution_profile", self.profile)
-        if faults.state.active:
-            mode = faults.take(_text(statement))
-            if mode == faults.TIMEOUT_BEFORE:
-                raise faults.injected_timeout(_text(statement))
-            if mode == faults.REFUSED_BEFORE:
-                raise faults.injected_refusal(_text(statement))
-            if mode == faults.RETRIED:
-                self.session.execute(stmt, params or None, **kw)
-            elif mode == faults.LOST_REPLY:
-                self.session.execute(stmt, params or None, **kw)
-                raise faults.injected_timeout(_text(statement))
-            elif mode == faults.UNAVAILABLE_AFTER:
-                self.session.execute(stmt, params or None, **kw)
-                raise faults.injected_unavailable(_text(statement))
+        if faults.state.active and (exc := self._disturb(statement, stmt, params, kw)) is not None:
+            raise exc
         if suspend.current() is not None:
             # Under an asynchronous runner: the same request on the driver's asynchronous path,
             # the operation suspended until its reply.
@@ -354,20 +357,8 @@ class Connection:
     def execute_async(self, statement, params: tuple | list | None = (), **kw):
         stmt = self._statement(statement)
         kw.setdefault("execution_profile", self.profile)
-        if faults.state.active:
-            mode = faults.take(_text(statement))
-            if mode == faults.TIMEOUT_BEFORE:
-                return _Failed(faults.injected_timeout(_text(statement)))
-            if mode == faults.REFUSED_BEFORE:
-                return _Failed(faults.injected_refusal(_text(statement)))
-            if mode == faults.RETRIED:
-                self.session.execute(stmt, params or None, **kw)
-            elif mode == faults.LOST_REPLY:
-                self.session.execute(stmt, params or None, **kw)
-                return _Failed(faults.injected_timeout(_text(statement)))
-            elif mode == faults.UNAVAILABLE_AFTER:
-                self.session.execute(stmt, params or None, **kw)
-                return _Failed(faults.injected_unavailable(_text(statement)))
+        if faults.state.active and (exc := self._disturb(statement, stmt, params, kw)) is not None:
+            return _Failed(exc)
         future = self.session.execute_async(stmt, params or None, **kw)
         return _Translated(future, self, lambda: self.session.execute(stmt, params or None, **kw))
 
