@@ -76,9 +76,10 @@ class _RefuseEachOnce:
 
 
 def test_every_refused_compare_and_set_and_count_stays_inside_the_engine(queue_client, queue_name):
-    """put, put_many, get, get_many, ack, ack_many, change_visibility, a redelivery and a repair
-    pass, each of their compare-and-sets and counter updates refused once: no error reaches the
-    caller and every message is acked exactly once."""
+    """put, put_many, get, get_many, ack, ack_many, change_visibility and a redelivery, each of
+    their compare-and-sets and counter updates refused once: no error reaches the caller and
+    every message is acked exactly once. (The repair pass finds nothing to repair here and
+    sends none.)"""
     refuse = _RefuseEachOnce()
     faults.inject(faults.REFUSED_BEFORE, refuse, times=None)
     queue_client.create_queue(queue_name, repair_timeout=30)
