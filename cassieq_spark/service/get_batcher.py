@@ -17,7 +17,12 @@ Invariants:
 * No message stays claimed for nobody. A waiter that is gone before the receive (its client
   disconnected, its request cancelled) is not counted in it; one that went while the receive
   ran does not get its message: that message, and any the receive returned beyond the waiters
-  left, are given back at once (visible again, the delivery not counted).
+  left, are given back at once (visible again, the delivery not counted). The client is looked
+  at once more when its handler resumes with the message, right before the reply is written
+  (the server drops a reply to a client already gone without a word), and a request cancelled
+  between the hand-out and that moment gives its message back too. Only a client that leaves
+  after its reply was written loses it on the way: at least once, the message is visible again
+  when its visibility timeout ends.
 * An empty receive answers every waiter of its batch with ``None`` (204) at once. A receive
   that returned some messages but fewer than waiters keeps the unserved ones, first in line,
   for the next receive: a get answers 204 only when a receive for it found nothing.
@@ -50,8 +55,9 @@ class Waiter(Generic[M]):
 
     async def vanished(self) -> bool:
         """The request is no longer waiting: cancelled, answered, or its client left."""
-        if self.done.done():
-            return True
+        return self.done.done() or await self.client_left()
+
+    async def client_left(self) -> bool:
         try:
             return await self.gone()
         except Exception:  # a broken connection is a gone client
@@ -79,11 +85,13 @@ class GetBatcher(Generic[M]):
         self._readers: dict[tuple[str, float], asyncio.Task[None]] = {}
         self.batches = 0  # get_many calls made (for tests and metrics)
         self.given_back = 0  # messages claimed for a waiter that was gone, given back
+        self._returning: set[asyncio.Task[None]] = set()
 
     @property
     def idle(self) -> bool:
-        """No get waiting and no receive running (what a draining instance waits for)."""
-        return not self._waiting and not self._readers
+        """No get waiting, no receive and no give-back running (what a draining instance
+        waits for)."""
+        return not self._waiting and not self._readers and not self._returning
 
     async def get(self, queue: str, vt: float, gone: Gone) -> M | None:
         """The next message of ``queue``, claimed for ``vt`` seconds; None if none is visible.
@@ -94,7 +102,26 @@ class GetBatcher(Generic[M]):
         self._waiting.setdefault(key, []).append(waiter)
         if key not in self._readers:
             self._readers[key] = asyncio.create_task(self._read(key))
-        return await waiter.done
+        try:
+            m = await waiter.done
+        except asyncio.CancelledError:
+            # Cancelled after its message was handed over but before it resumed: no reply
+            # will carry it.
+            held = waiter.done
+            if (
+                held.done()
+                and not held.cancelled()
+                and held.exception() is None
+                and (message := held.result()) is not None
+            ):
+                task = asyncio.create_task(self._return(queue, [message]))
+                self._returning.add(task)
+                task.add_done_callback(self._returning.discard)
+            raise
+        if m is not None and await waiter.client_left():
+            await self._return(queue, [m])
+            return None
+        return m
 
     async def _read(self, key: tuple[str, float]) -> None:
         queue, vt = key
@@ -142,17 +169,21 @@ class GetBatcher(Generic[M]):
                 unserved.append(w)
         if spare:
             spare.reverse()
-            self.given_back += len(spare)
-            try:
-                await self._give_back(queue, spare)
-            except Exception:
-                # Not given back: visible again when the visibility timeout ends (at least
-                # once, as for a reply lost on the way to its client).
-                log.warning(
-                    "%d message(s) of %s claimed for clients that left could not be given "
-                    "back; they become visible when their visibility timeout ends",
-                    len(spare),
-                    queue,
-                    exc_info=True,
-                )
+            await self._return(queue, spare)
         return unserved
+
+    async def _return(self, queue: str, messages: list[M]) -> None:
+        """Give back messages claimed for clients that left; a failure is logged, not raised."""
+        self.given_back += len(messages)
+        try:
+            await self._give_back(queue, messages)
+        except Exception:
+            # Not given back: visible again when the visibility timeout ends (at least
+            # once, as for a reply lost on the way to its client).
+            log.warning(
+                "%d message(s) of %s claimed for clients that left could not be given "
+                "back; they become visible when their visibility timeout ends",
+                len(messages),
+                queue,
+                exc_info=True,
+            )

@@ -4,7 +4,8 @@ one, each waiter gets its own message, and no message stays claimed for a waiter
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -22,6 +23,7 @@ class Queue:
         self.calls: list[tuple[str, float, int]] = []
         self.returned: list[int] = []
         self.during_read: asyncio.Event | None = None
+        self.after_read: Callable[[], object] | None = None  # called as a receive returns
 
     async def read_many(self, queue: str, vt: float, n: int) -> list[int]:
         self.calls.append((queue, vt, n))
@@ -31,6 +33,8 @@ class Queue:
         if self.fail_on is not None and len(self.calls) == self.fail_on:
             raise RuntimeError("Cassandra unavailable")
         out, self.visible = self.visible[:n], self.visible[n:]
+        if self.after_read is not None:
+            self.after_read()
         return out
 
     async def give_back(self, queue: str, messages: Sequence[int]) -> int:
@@ -201,3 +205,54 @@ def test_batches_are_capped_and_the_rest_wait_for_the_next_receive() -> None:
     got = asyncio.run(run())
     assert [n for _, _, n in q.calls] == [1, 10, 10, 5]
     assert sorted(got) == list(range(26))  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize("how", ["disconnected", "cancelled"])
+def test_a_client_that_leaves_after_the_hand_out_before_its_reply_gives_its_message_back(
+    how: str,
+) -> None:
+    """The hand-out saw the client there; it leaves (or its request is cancelled) before its
+    handler resumes with the message: the message is given back, not written to nobody."""
+    q = Queue(10)
+    batcher = GetBatcher(q.read_many, q.give_back)
+    gone = {"now": False}
+
+    async def leaves() -> bool:
+        return gone["now"]
+
+    async def run() -> asyncio.Future:
+        task = asyncio.ensure_future(batcher.get("q", 30.0, leaves))
+
+        def leave_next() -> None:
+            # Scheduled as the receive returns: runs after the hand-out and before the
+            # waiter's handler resumes.
+            loop = asyncio.get_running_loop()
+            if how == "disconnected":
+                loop.call_soon(gone.update, {"now": True})
+            else:
+                loop.call_soon(task.cancel)
+
+        q.after_read = leave_next
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.01)
+        return task
+
+    task = asyncio.run(run())
+    assert q.returned == [0]
+    assert batcher.given_back == 1 and batcher.idle
+    assert task.cancelled() if how == "cancelled" else task.result() is None
+
+
+def test_a_client_still_there_after_the_hand_out_gets_its_message() -> None:
+    q = Queue(10)
+    batcher = GetBatcher(q.read_many, q.give_back)
+    looks = []
+
+    async def there() -> bool:
+        looks.append(1)
+        return False
+
+    assert asyncio.run(batcher.get("q", 30.0, there)) == 0
+    # before the receive, at the hand-out, and right before the reply
+    assert len(looks) == 3 and q.returned == [] and batcher.given_back == 0
