@@ -20,6 +20,7 @@ from .config import (
     DEFAULT_STORAGE_PORT,
     STOP_TIMEOUT,
     CassandraError,
+    JvmExtras,
     NodeConfig,
     default_heap,
     node_address,
@@ -101,6 +102,9 @@ class LocalCassandra:
         self.cgroups = cgroups
         # Extra environment of a node's next start (e.g. a faked clock), by node index.
         self.node_env: dict[int, dict[str, str]] = {}
+        # Extra JVM properties and classpath of a node's next start (its data center, a clock
+        # of its own), by node index.
+        self.node_jvm: dict[int, JvmExtras] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._started_here: list[int] = []
 
@@ -244,6 +248,7 @@ class LocalCassandra:
             self.heap,
             cgroup=self.node_cgroup(index),
             env=self.node_env.get(index),
+            extras=self.node_jvm.get(index),
         )
         self._procs[index] = proc
         try:

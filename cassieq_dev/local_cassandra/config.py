@@ -6,7 +6,8 @@ Pure functions of a :class:`NodeConfig`: nothing here starts a process or opens 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
@@ -170,11 +171,22 @@ def read_jvm_options(path: Path | None = None) -> list[str]:
     return [line for line in lines if line]
 
 
+@dataclass(frozen=True)
+class JvmExtras:
+    """What one node's JVM gets beyond the others': system properties (a node's data center
+    file, a clock of its own) and classpath entries (where such a class is compiled to).
+    A property given here wins over the launcher's own of the same name."""
+
+    props: Mapping[str, str] = field(default_factory=dict)
+    classpath: tuple[Path, ...] = ()
+
+
 def jvm_args(
     node: NodeConfig,
     heap: str,
     lib_dir: Path = LIB_DIR,
     conf_dir: Path = CONF_DIR,
+    extras: JvmExtras | None = None,
 ) -> list[str]:
     """Arguments after ``java`` that start ``node``."""
     jamm = sorted(lib_dir.glob("jamm-*.jar"))
@@ -199,7 +211,13 @@ def jvm_args(
         "cassandra.native_transport_port": node.port,
         "cassandra.storage_port": node.storage_port,
         "jna.tmpdir": node.node_dir / "tmp",
+        **(extras.props if extras else {}),
     }
+    classpath = [
+        str(conf_dir),
+        *(str(p) for p in (extras.classpath if extras else ())),
+        f"{lib_dir}/*",
+    ]
     return [
         f"-Xms{heap}",
         f"-Xmx{heap}",
@@ -207,6 +225,6 @@ def jvm_args(
         f"-javaagent:{jamm[-1]}",
         *(f"-D{key}={value}" for key, value in props.items()),
         "-cp",
-        f"{conf_dir}{os.pathsep}{lib_dir}/*",
+        os.pathsep.join(classpath),
         MAIN_CLASS,
     ]

@@ -26,6 +26,7 @@ from .config import (
     PID_FILE,
     SUPPORTED_JAVA,
     CassandraError,
+    JvmExtras,
     NodeConfig,
     jvm_args,
     render_yaml,
@@ -129,12 +130,14 @@ def spawn(
     heap: str,
     cgroup: Path | None = None,
     env: Mapping[str, str] | None = None,
+    extras: JvmExtras | None = None,
 ) -> subprocess.Popen[bytes]:
     """Write the node's files and start its JVM in a session of its own (it outlives us).
 
     ``cgroup``: a cgroup v2 directory the JVM starts in (created if missing), so that every
     socket it opens carries it (a packet filter can then tell this node's packets from the
     other nodes', which all send from 127.0.0.1). ``env``: variables added to its environment.
+    ``extras``: system properties and classpath entries of this node only.
     """
     join_cgroup = None
     if cgroup is not None:
@@ -148,7 +151,7 @@ def spawn(
         (node.node_dir / sub).mkdir(parents=True, exist_ok=True)
     node.yaml_path.write_text(render_yaml(node))
     (node.node_dir / NODE_FILE).write_text(json.dumps(node.record(), indent=2) + "\n")
-    cmd = [java, *jvm_args(node, heap)]
+    cmd = [java, *jvm_args(node, heap, extras=extras)]
     log.info("starting Cassandra node %d on %s:%d", node.index, node.address, node.port)
     with open(node.node_dir / CONSOLE_FILE, "ab") as console:
         proc = subprocess.Popen(

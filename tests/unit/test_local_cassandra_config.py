@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from cassieq_dev.local_cassandra import (
     CONF_DIR,
     MAIN_CLASS,
+    JvmExtras,
     LocalCassandra,
     NodeConfig,
     default_heap,
@@ -168,6 +170,25 @@ def test_jvm_args_contain_required_flags(tmp_path: Path, lib_dir: Path) -> None:
     assert props["cassandra.initial_token"] == str(initial_token(2, 3))
     assert props["cassandra.native_transport_port"] == "19042"
     assert props["cassandra.storage_port"] == "17000"
+
+
+def test_a_node_s_jvm_extras_add_properties_and_classpath_and_win_over_the_defaults(
+    tmp_path: Path, lib_dir: Path
+) -> None:
+    node = make_node(tmp_path, 1, 3)
+    plain = jvm_args(node, "384M", lib_dir=lib_dir)
+    extras = JvmExtras(
+        props={"cassandra.clock": "OffsetClock", "cassandra.ring_delay_ms": "7"},
+        classpath=(tmp_path / "classes",),
+    )
+    args = jvm_args(node, "384M", lib_dir=lib_dir, extras=extras)
+    props = dict(a[2:].split("=", 1) for a in args if a.startswith("-D"))
+    assert props["cassandra.clock"] == "OffsetClock"
+    assert props["cassandra.ring_delay_ms"] == "7"
+    assert sum(a.startswith("-Dcassandra.ring_delay_ms=") for a in args) == 1
+    classpath = args[args.index("-cp") + 1].split(os.pathsep)
+    assert str(tmp_path / "classes") in classpath and classpath[-1] == f"{lib_dir}/*"
+    assert "-Dcassandra.clock=OffsetClock" not in plain
 
 
 def test_jvm_options_file_has_the_java17_module_flags() -> None:
