@@ -13,6 +13,7 @@ import pytest
 
 from cassieq_spark.engine.consume.stretch_memory import (
     MEMORY_ROWS,
+    MEMORY_ROWS_PER_GROUP,
     MEMORY_SECONDS,
     Recollection,
     claimed_row,
@@ -151,3 +152,64 @@ def test_claimed_rows_keep_their_other_columns():
     assert c.invisible_until == dt.datetime.fromtimestamp(NOW + 5, dt.timezone.utc).replace(
         tzinfo=None
     )
+
+
+def test_a_hot_group_is_cut_after_its_kept_rows_and_the_others_stay_in_the_memory():
+    hot = [fresh(i, "hot") for i in range(MEMORY_ROWS + 10)]
+    others = [fresh(MEMORY_ROWS + 100 + i, f"o{i}") for i in range(50)]
+    groups = {"hot": hot, **{r.grp: [r] for r in others}}
+    kept = remember(0, 10**6, NOW, groups)
+    assert kept is not None and kept.end == 10**6  # the stretch is not cut before the others
+    assert len(kept.groups["hot"]) == MEMORY_ROWS_PER_GROUP
+    assert dict(kept.cut) == {"hot": MEMORY_ROWS_PER_GROUP - 1}
+    assert all(r.grp in kept.groups for r in others)
+
+
+def test_rows_of_a_cut_group_read_later_are_not_remembered_past_the_cut():
+    hot = [fresh(i, "hot") for i in range(MEMORY_ROWS_PER_GROUP + 5)]
+    first = remember(0, 2000, NOW, {"hot": hot})
+    assert first is not None and first.cut == {"hot": MEMORY_ROWS_PER_GROUP - 1}
+    # The next call read [2000, 3000) and found more of the group: what lies between the cut
+    # and them is not known, so they are left out and the cut stays.
+    later = [fresh(2500, "hot"), fresh(2600, "hot")]
+    again = remember(0, 3000, NOW, {"hot": [*first.groups["hot"], *later]}, cut=first.cut)
+    assert again is not None and again.groups["hot"][-1].id == MEMORY_ROWS_PER_GROUP - 1
+    assert again.cut == first.cut
+
+
+def test_a_cut_at_the_stretch_s_end_leaves_nothing_unknown_and_is_dropped():
+    hot = [fresh(i, "hot") for i in range(MEMORY_ROWS_PER_GROUP + 5)]
+    kept = remember(0, MEMORY_ROWS_PER_GROUP, NOW, {"hot": hot})
+    assert kept is not None and kept.cut == {}
+
+
+def test_a_cut_group_s_rows_beyond_the_cut_hold_the_pointer_below_them():
+    hot = [held(i, "hot") for i in range(MEMORY_ROWS_PER_GROUP + 5)]
+    mem = remember(0, 5000, NOW, {"hot": hot})
+    assert mem is not None
+    cut = mem.cut["hot"]
+    # Only the first kept row is left unfinished (the others gone): nothing remembered after
+    # it, but the group's unremembered rows after the cut may be fresh.
+    short = remember(0, 5000, NOW, {"hot": [hot[cut]]}, cut=mem.cut)
+    assert short is not None
+    rec, _ = recall(short, heads={"hot": None})
+    assert rec.later_first() == cut + 1
+
+
+def test_a_cut_group_whose_kept_rows_are_all_finished_makes_the_memory_unusable():
+    hot = [fresh(i, "hot") for i in range(MEMORY_ROWS_PER_GROUP + 5)]
+    b = fresh(4000, "b")
+    mem = remember(0, 5000, NOW, {"hot": hot, "b": [b]})
+    assert mem is not None and "hot" in mem.cut
+    rec, _ = recall(mem, finished={"hot": MEMORY_ROWS_PER_GROUP - 1}, table={4000: b})
+    assert rec.exhausted
+    not_cut = remember(0, 5000, NOW, {"hot": hot[:3], "b": [b]})
+    assert not_cut is not None
+    rec2, _ = recall(not_cut, finished={"hot": 2}, table={4000: b})
+    assert not rec2.exhausted and [r.id for r in rec2.firsts()] == [4000]
+
+
+def test_a_memory_rebased_past_a_cut_group_s_kept_rows_is_dropped():
+    hot = [fresh(i, "hot") for i in range(MEMORY_ROWS_PER_GROUP + 5)]
+    mem = remember(0, 5000, NOW, {"hot": hot, "b": [fresh(4000, "b")]})
+    assert mem is not None and mem.rebased(MEMORY_ROWS_PER_GROUP) is None

@@ -311,6 +311,9 @@ class Reader:
         memory = cache.memory
         if memory is not None:
             memory = memory.rebased(start) if memory.usable(start, now) else None
+        rec = self._recall(queue, memory, now) if memory is not None else None
+        if rec is not None and rec.exhausted:
+            rec = memory = None  # a cut group's next rows are not known: read the stretch
         origin = memory.end if memory is not None else start  # the first id read from the table
         view = cache.view
         if not refresh and view is not None and origin < view[0].safe_end:
@@ -325,7 +328,6 @@ class Reader:
                 else []
             )
             cache.view = (horizon, skipped)
-        rec = self._recall(queue, memory, now) if memory is not None else None
         # Remembered rows after their group's first are not looked at: some may be fresh, and
         # the reader pointer must not pass them (even if the memory is dropped below).
         not_looked_at = rec.later_first() if rec is not None else None
@@ -417,7 +419,8 @@ class Reader:
             if unremembered is not None:
                 end = min(end, unremembered)
             made_at = memory.made_at if memory is not None else now
-            cache.memory = remember(pos, end, made_at, seen, claimed_rows)
+            cut = memory.cut if memory is not None else None
+            cache.memory = remember(pos, end, made_at, seen, claimed_rows, cut)
         return out
 
     def skipped_ranges(

@@ -15,10 +15,19 @@ it is finished (acked, dead, expired: final), in a reservation handed to repair 
 ungrouped and delivered or delayed (the timer path brings it back; the reader pointer passes
 such rows anyway), or was never written (ids below a horizon's safe end stay unwritten). What
 is remembered is every other row of the stretch: the grouped rows not finished when read, each
-as last read, in id order per group. So a scan from ``start`` learns everything a read of
+as last read, in id order per group, except that of a group with more than
+:data:`MEMORY_ROWS_PER_GROUP` such rows only the first that many are kept: the group is *cut*
+after the last one kept (``cut[group]``). So a scan from ``start`` learns everything a read of
 ``[start, end)`` would tell the gate by looking at the remembered rows alone, and only at the
 first one of each group (``Gate.claimable`` only asks for a group's first unfinished row; the
-later ones only block the group, as its first does):
+later ones only block the group, as its first does). A cut group's rows after its cut cannot
+matter while one of its kept rows is unfinished (that row is the group's first, or blocks what
+follows it); once every kept row of a cut group is finished the memory cannot say what comes
+next in that group, and the scan does not rely on it (it reads from the reader position, as
+without a memory). Those rows may be fresh, so the reader pointer stops at a cut (``cut + 1``)
+as it stops at any remembered row it did not look at. Cutting a hot group, rather than the
+stretch, keeps the stretch's other groups in the memory however many rows the hot group has
+waiting.
 
 - a first row known finished (this client acked it, or ``group_heads.done`` names it or a later
   id) is dropped, and the group's next remembered row is looked at instead;
@@ -35,8 +44,8 @@ memory is dropped by age). Nothing remembered is ever taken for finished unless 
 The memory follows the reader position: rows below it are forgotten (heads in flight, which
 ``group_heads`` names), whoever moved the pointer. It is dropped (the next scan reads from the
 reader position, as without it) when the position is past its end, after a lost race or a
-stream taking the lease, and after :data:`MEMORY_SECONDS`; it keeps at most
-:data:`MEMORY_ROWS` rows (the stretch is cut before the rest). It is one client's cache of its
+stream taking the lease, after :data:`MEMORY_SECONDS`, and when a cut group's kept rows are
+all finished; it keeps at most :data:`MEMORY_ROWS` rows (the stretch is cut before the rest). It is one client's cache of its
 own reads: other clients, and the timer path, do not depend on it.
 """
 
@@ -53,6 +62,10 @@ from ..store.session import Connection
 from .groups import is_finished
 
 MEMORY_ROWS = 8192  # rows one memory keeps, at most: the stretch is cut before the rest
+# Rows of one group one memory keeps, at most: a hot group is cut after them, so that its
+# waiting rows do not crowd the other groups out of the memory. A cut group's memory serves
+# this many of its deliveries; then the stretch is read again from the reader position.
+MEMORY_ROWS_PER_GROUP = 1024
 MEMORY_SECONDS = 10.0  # a memory older than this is dropped: the next scan reads the stretch
 IDS_PER_READ = 100  # ids named in one ``id IN`` read of a bucket
 
@@ -64,12 +77,14 @@ class StretchMemory:
     """``[start, end)`` as one client last read it from the reader position ``start``: per
     group, its rows of the stretch that were not finished, in id order, as last read (scan
     columns). ``made_at`` is when the stretch was first read whole (a memory carried over from
-    call to call keeps it, so it ages out)."""
+    call to call keeps it, so it ages out). ``cut``: the groups cut after their last kept row
+    (that row's id); every cut group has rows in ``groups`` and a cut below ``end - 1``."""
 
     start: int
     end: int
     made_at: float
     groups: Mapping[str, tuple[Any, ...]]
+    cut: Mapping[str, int] = field(default_factory=dict)
 
     def rows(self) -> int:
         return sum(len(rows) for rows in self.groups.values())
@@ -84,7 +99,7 @@ class StretchMemory:
         stretch it does not hold need nothing from the reader, whoever moved the pointer."""
         if start == self.start:
             return self
-        return remember(start, self.end, self.made_at, self.groups)
+        return remember(start, self.end, self.made_at, self.groups, cut=self.cut)
 
 
 def remember(
@@ -93,14 +108,24 @@ def remember(
     made_at: float,
     groups: Mapping[str, Sequence[Any]],
     claimed: Mapping[int, Any] | None = None,
+    cut: Mapping[str, int] | None = None,
 ) -> StretchMemory | None:
     """The memory of ``[start, end)`` from rows known unfinished per group (id order; rows
-    outside the stretch are left out), cut to :data:`MEMORY_ROWS` rows; ``claimed`` maps ids
-    to their rows as this call's claims left them. None when nothing of the stretch is left."""
+    outside the stretch are left out), each group cut after :data:`MEMORY_ROWS_PER_GROUP` rows
+    and the whole to :data:`MEMORY_ROWS` rows; ``claimed`` maps ids to their rows as this
+    call's claims left them; ``cut``: groups already cut (their rows after the cut are left
+    out: what lies between the cut and these rows is not known). None when nothing of the
+    stretch is left, or when a cut group has no row left to show where it stands."""
     claimed = claimed or {}
+    cuts = dict(cut or {})
     kept: list[tuple[int, str, Any]] = []
     for g, rows in groups.items():
-        kept.extend((r.id, g, claimed.get(r.id, r)) for r in rows if start <= r.id < end)
+        limit = cuts.get(g)
+        inside = [r for r in rows if start <= r.id < end and (limit is None or r.id <= limit)]
+        if len(inside) > MEMORY_ROWS_PER_GROUP:
+            inside = inside[:MEMORY_ROWS_PER_GROUP]
+            cuts[g] = inside[-1].id
+        kept.extend((r.id, g, claimed.get(r.id, r)) for r in inside)
     kept.sort(key=lambda t: t[0])
     if len(kept) > MEMORY_ROWS:
         end = kept[MEMORY_ROWS][0]  # the stretch ends before the first row it cannot keep
@@ -110,7 +135,11 @@ def remember(
     out: dict[str, list[Any]] = {}
     for _, g, row in kept:
         out.setdefault(g, []).append(row)
-    return StretchMemory(start, end, made_at, {g: tuple(rows) for g, rows in out.items()})
+    # A cut at or past the stretch's last id leaves nothing of its group unknown in it.
+    cuts = {g: c for g, c in cuts.items() if c + 1 < end}
+    if any(g not in out for g in cuts):
+        return None
+    return StretchMemory(start, end, made_at, {g: tuple(rows) for g, rows in out.items()}, cuts)
 
 
 def claimed_row(row, now: float, vt: float):
@@ -135,6 +164,9 @@ class Recollection:
     decided: dict[str, list[Any]] = field(default_factory=dict)
     asked_heads: set[str] = field(default_factory=set)
     read_ids: set[int] = field(default_factory=set)
+    # A cut group's kept rows are all finished: the memory cannot say what the group holds
+    # next, and the scan must read the stretch from the reader position.
+    exhausted: bool = False
 
     def __post_init__(self) -> None:
         self.pending = {g: list(rows) for g, rows in self.memory.groups.items()}
@@ -151,6 +183,9 @@ class Recollection:
                 rows.pop(0)
             if not rows:
                 del self.pending[g]
+                if g in self.memory.cut:
+                    self.exhausted = True
+                    return [], []
                 continue
             first = rows[0]
             if first.id in self.read_ids:
@@ -200,10 +235,12 @@ class Recollection:
         """The smallest id among the remembered rows after their group's first: rows not looked
         at this call, some possibly fresh, that the reader pointer must not pass."""
         ids = [rows[1].id for rows in self.decided.values() if len(rows) > 1]
+        ids.extend(c + 1 for c in self.memory.cut.values())  # a cut group's rows beyond
         return min(ids) if ids else None
 
     def remaining(self) -> dict[str, list[Any]]:
-        """Per group, its rows still unfinished as far as known (the first as read now)."""
+        """Per group, its rows still unfinished as far as known (the first as read now); the
+        memory's cuts still apply to them (``memory.cut``)."""
         return {g: list(rows) for g, rows in self.decided.items()}
 
 
