@@ -174,7 +174,11 @@ def test_update_queue_under_concurrent_producers_and_consumers_loses_nothing(
     acked = [r[0] for r in records if r[3]]
     assert sorted(acked) == sorted(produced)  # every id acked exactly once: none lost
     first = {r[0]: (r[2], r[4]) for r in records if r[1] == 1}
-    assert set(first) == {r[0] for r in records if r[1] == 2} == set(produced)  # all came back
+    # Every first delivery came back. Not always as the second: a claim that outlasts its
+    # visibility timeout (0.5 s here, on a loaded machine) is not handed out, and the message
+    # comes back by its timer with the count one higher (docs/client.md, get_many).
+    later = {r[0] for r in records if r[1] >= 2}
+    assert set(first) <= later == set(produced), (set(first) - later, set(produced) - later)
     # the timeout each first delivery got: what it was hidden for (its deadline read right after)
     before = [hidden for at, hidden in first.values() if at < changed_at]
     after = [hidden for at, hidden in first.values() if at > changed_at + cache_seconds + 0.5]
