@@ -14,8 +14,8 @@ timestamps it stamps as a coordinator (``FBUtilities.timestampMicros``,
 ``ClientState.getTimestamp``: statements that carry no client timestamp), its Paxos ballots
 (``ClientState.getTimestampForPaxos``: the write time of a compare-and-set it coordinates),
 ``now()`` and ``currentTimestamp()`` in CQL (``TimeUUID.Generator``), the "now" of TTL expiry and
-tombstone purging (``nowInSeconds``), gossip generations and the epoch times its messages carry
-to other nodes (``MonotonicClock``'s epoch sampling reads ``Clock.Global.currentTimeMillis``).
+tombstone purging (``nowInSeconds``), its gossip generation and the creation times its messages
+carry to other nodes (``MonotonicClock``'s epoch sampling reads ``Clock.Global.currentTimeMillis``).
 What it does not move: intervals and timeouts (``nanoTime``, ``approxTime``/``preciseTime``
 ``now()``), which stay the machine's.
 """

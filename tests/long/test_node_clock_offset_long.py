@@ -7,7 +7,8 @@ in the second run, behind. Each run carries the partition test's load, with the 
 right: a streaming sink (20 rows/s) and the streaming source on one queue whose lease row node
 3 coordinates (its compare-and-sets carry node 3's ballots), a client producer into it, two
 client producers and two client get/ack consumers on a second queue (each client in its own
-process; every node coordinates a share of their requests), for ``LOAD_SECONDS``.
+process; which node coordinates a partition's requests follows its token), for
+``LOAD_SECONDS``.
 
 Counted per run: every row of a committed sink batch and every message a producer sent
 delivered (0 lost), once (a second delivery only inside a replay of the same Spark batch), no
@@ -79,6 +80,9 @@ def skewable() -> Iterator[Faults]:
 def cas_stamp_offset(faults: Faults, index: int) -> float:
     """How far ahead of this process's clock node ``index`` stamps a compare-and-set it
     coordinates (its Paxos ballot is the write time), seconds."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
     host = next(
         h
         for h in faults.watcher.metadata.all_hosts()
@@ -90,7 +94,11 @@ def cas_stamp_offset(faults: Faults, index: int) -> float:
     before = time.time()
     faults.session.execute(f"INSERT INTO {table} (k, v) VALUES ({key}, 1) IF NOT EXISTS", host=host)
     after = time.time()
-    row = faults.session.execute(f"SELECT writetime(v) AS w FROM {table} WHERE k = {key}").one()
+    read = SimpleStatement(
+        f"SELECT writetime(v) AS w FROM {table} WHERE k = {key}",
+        consistency_level=ConsistencyLevel.QUORUM,  # the commit may not have reached all three
+    )
+    row = faults.session.execute(read, host=host).one()
     return row.w / 1e6 - (before + after) / 2
 
 
