@@ -19,11 +19,19 @@ From Python::
 
 Modules: ``config`` (paths, cassandra.yaml and JVM flags of one node), ``process`` (one node's
 JVM: start, recognise, stop), ``probe`` (ports and CQL readiness), ``ring`` (joining nodes into a
-ring), ``cluster`` (:class:`LocalCassandra`), ``endpoint`` (use the Cassandra already on a port,
+ring), ``cluster`` (:class:`LocalCassandra`), ``clock`` (a node whose wall clock runs ahead or
+behind: ``java/OffsetClock.java`` through Cassandra's clock seam), ``endpoint`` (use the Cassandra already on a port,
 or start one, on a free port if that one is taken), ``cli`` (the command line).
 """
 
 from .cli import failure_line, main, report_failure
+from .clock import (
+    OFFSET_CLOCK_CLASS,
+    OFFSET_PROPERTY,
+    compile_offset_clock,
+    offset_clock,
+    offset_clock_extras,
+)
 from .cluster import LocalCassandra, NodeReady, recorded_nodes, stop_recorded
 from .config import (
     AVAILABLE_PROCESSORS,
@@ -89,7 +97,10 @@ __all__ = [
     "LocalCassandra",
     "NodeConfig",
     "NodeReady",
+    "OFFSET_CLOCK_CLASS",
+    "OFFSET_PROPERTY",
     "check_lib_dir",
+    "compile_offset_clock",
     "cassandra_endpoint",
     "default_heap",
     "ensure_cassandra",
@@ -102,6 +113,8 @@ __all__ = [
     "jvm_args",
     "main",
     "node_address",
+    "offset_clock",
+    "offset_clock_extras",
     "port_free",
     "port_open",
     "query_node",

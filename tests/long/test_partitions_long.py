@@ -39,6 +39,7 @@ from support.cluster_stream import (
     assert_stream_accounted,
     committed_rate_rows,
     live_rows,
+    queue_led_by,
     running,
     start_sink,
     start_source,
@@ -46,7 +47,6 @@ from support.cluster_stream import (
 from support.net_faults import BOTH, INBOUND, NetworkFaults, wait_reachable
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine.core.pointers import LEASE_READ
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -65,28 +65,6 @@ def net(cluster3: Faults) -> Iterator[NetworkFaults]:
         yield faults
     finally:
         faults.close()
-
-
-def lease_coordinator(admin: QueueClient, queue: str) -> str:
-    """The address the driver sends the queue's lease compare-and-sets to first: the first
-    replica of its pointers row (token-aware routing, replicas not shuffled)."""
-    conn = admin.conn
-    info = admin.get_queue(queue)
-    key = conn.prepare(LEASE_READ).bind((info.queue_id,)).routing_key
-    replicas = conn.cluster.metadata.get_replicas(conn.config.keyspace, key)
-    return str(replicas[0].address)
-
-
-def queue_led_by(admin: QueueClient, address: str, prefix: str) -> str:
-    """A new queue whose lease row's first replica is ``address`` (queues are created until one
-    is: its id, hence its token, is random)."""
-    for _ in range(30):
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        admin.create_queue(name, bucket_size=200, repair_timeout=120)
-        if lease_coordinator(admin, name) == address:
-            return name
-        admin.delete_queue(name)
-    raise AssertionError(f"no queue led by {address} in 30 tries")
 
 
 def test_spark_and_clients_ride_through_a_cut_off_node_and_a_one_way_cut_of_the_lease_coordinator(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.policies import ExponentialReconnectionPolicy, RoundRobinPolicy
 
-from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra
+from cassieq_dev.local_cassandra import STATE_DIR, LocalCassandra, offset_clock
 
 T = TypeVar("T")
 
@@ -66,30 +66,6 @@ def durable_cluster(
     if not any(cluster.is_node_running(i) for i in range(1, nodes + 1)):
         cluster.wipe()
     return cluster
-
-
-def faked_clock_env(offset_seconds: float) -> dict[str, str]:
-    """The environment that starts a JVM with its wall clock ``offset_seconds`` off (Debian's
-    libfaketime, package ``faketime``); monotonic clocks stay real. Fails when it is missing.
-
-    Measured on a 2-core machine at load 20-26: a JVM under it reads its clock 7-15 times more
-    slowly (10 million reads: 2.4 s plain, 17 s libfaketime, 37 s libfaketimeMT), and a
-    Cassandra node under it did not answer CQL within 5 minutes (twice, with and without
-    ``FAKETIME_NO_CACHE``), so no test uses it yet; the JVM's clock is moved as asked (+1.8 to
-    +2 s read back by ``System.currentTimeMillis``)."""
-    import glob
-
-    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
-    if not libs:
-        raise AssertionError(
-            "libfaketime is not installed: the clock tests need it (`apt-get install -y "
-            "faketime`, as root; .ci/run installs it)"
-        )
-    return {
-        "LD_PRELOAD": libs[0],
-        "FAKETIME": f"{offset_seconds:+g}s",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
 
 
 class Faults:
@@ -158,16 +134,15 @@ class Faults:
         self.wait_all_up(timeout)
         return time.monotonic() - started
 
-    def restart_with_clock(
-        self, index: int, offset_seconds: float, timeout: float = 180.0
-    ) -> float:
-        """Stop node ``index`` gracefully and start it again with its wall clock moved by
-        ``offset_seconds`` (its JVM under libfaketime; 0 starts it on the real clock again).
-        Returns the seconds the restart took."""
-        if offset_seconds:
-            self.cluster.node_env[index] = faked_clock_env(offset_seconds)
+    def restart_with_clock(self, index: int, offset_ms: int, timeout: float = 180.0) -> float:
+        """Stop node ``index`` gracefully and start it again with its wall clock ``offset_ms``
+        ahead of the machine's (behind when negative; 0 starts it on the machine's clock):
+        Cassandra's own clock seam (``cassieq_dev.local_cassandra.clock``). Returns the
+        seconds the restart took."""
+        if offset_ms:
+            self.cluster.node_jvm[index] = offset_clock(self.cluster.base_dir, offset_ms)
         else:
-            self.cluster.node_env.pop(index, None)
+            self.cluster.node_jvm.pop(index, None)
         if self.cluster.is_node_running(index):
             self.stop(index)
         return self.restart(index, timeout)

@@ -8,12 +8,14 @@ import collections
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.core import monoton
 from cassieq_spark.engine.core.messages import read_range
+from cassieq_spark.engine.core.pointers import LEASE_READ
 from support.cluster_faults import eventually
 
 
@@ -179,3 +181,25 @@ def abandon(procs: list, stop: Any, *queries: Any) -> None:
     for query in queries:
         with contextlib.suppress(Exception):  # the failure being reported matters more
             query.stop()
+
+
+def lease_coordinator(admin: QueueClient, queue: str) -> str:
+    """The address the driver sends the queue's lease compare-and-sets to first: the first
+    replica of its pointers row (token-aware routing, replicas not shuffled)."""
+    conn = admin.conn
+    info = admin.get_queue(queue)
+    key = conn.prepare(LEASE_READ).bind((info.queue_id,)).routing_key
+    replicas = conn.cluster.metadata.get_replicas(conn.config.keyspace, key)
+    return str(replicas[0].address)
+
+
+def queue_led_by(admin: QueueClient, address: str, prefix: str) -> str:
+    """A new queue whose lease row's first replica is ``address`` (queues are created until one
+    is: its id, hence its token, is random)."""
+    for _ in range(30):
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        admin.create_queue(name, bucket_size=200, repair_timeout=120)
+        if lease_coordinator(admin, name) == address:
+            return name
+        admin.delete_queue(name)
+    raise AssertionError(f"no queue led by {address} in 30 tries")
