@@ -17,6 +17,10 @@ From Python::
     with LocalCassandra(nodes=1) as c:      # starts what is not running, stops only that
         print(c.contact_points, c.port)
 
+One data center (SimpleSnitch) unless ``data_centers`` is given: ``LocalCassandra(nodes=3,
+data_centers=[("dc1", 2), ("dc2", 1)])`` puts nodes 1-2 in dc1 and node 3 in dc2, each node
+running GossipingPropertyFileSnitch with a ``cassandra-rackdc.properties`` of its own.
+
 Modules: ``config`` (paths, cassandra.yaml and JVM flags of one node), ``process`` (one node's
 JVM: start, recognise, stop), ``probe`` (ports and CQL readiness), ``ring`` (joining nodes into a
 ring), ``cluster`` (:class:`LocalCassandra`), ``endpoint`` (use the Cassandra already on a port,
