@@ -97,5 +97,6 @@ def test_a_lost_local_data_center_is_named_with_the_way_out():
     assert "data center 'dc2' (127.0.0.3)" in text and "localDc set to another" in text
     assert text.endswith("(dc1)")
     assert local_dc_down(hosts, None) is None  # no localDc: the generic advice
+    assert local_dc_down(hosts, "dc1") is None  # a dc1 node is up: not this
     # Every data center's nodes down: the whole cluster is gone, nothing better to say.
     assert local_dc_down([_host("127.0.0.1", "dc1", False), hosts[2]], "dc2") is None

@@ -48,7 +48,8 @@ def tls_hint(error: str, ssl_enabled: bool) -> str:
 
 def local_dc_down(hosts: Iterable[Any], local_dc: str | None) -> str | None:
     """What to do when no node of the connection's ``localDc`` can take a request, or None
-    (no localDc given, or another data center's nodes are all down as well).
+    (no localDc given, one of its nodes is known up, or every other data center's nodes are
+    known down as well).
 
     A connection with ``localDc`` sends its requests to that data center's nodes only (the
     driver ignores the others' nodes as coordinators), even when another data center's nodes
@@ -59,6 +60,8 @@ def local_dc_down(hosts: Iterable[Any], local_dc: str | None) -> str | None:
     if not local_dc:
         return None
     hosts = list(hosts)
+    if any(h.is_up is True for h in hosts if h.datacenter == local_dc):
+        return None  # its nodes are there: the request failed for another reason
     local = sorted(str(h.address) for h in hosts if h.datacenter == local_dc)
     # A node this connection never used (another data center's) may be up with its state
     # unknown to the driver (None): only one known to be down rules its data center out.
