@@ -17,6 +17,10 @@ From Python::
     with LocalCassandra(nodes=1) as c:      # starts what is not running, stops only that
         print(c.contact_points, c.port)
 
+One data center (SimpleSnitch) unless ``data_centers`` is given: ``LocalCassandra(nodes=3,
+data_centers=[("dc1", 2), ("dc2", 1)])`` puts nodes 1-2 in dc1 and node 3 in dc2, each node
+running GossipingPropertyFileSnitch with a ``cassandra-rackdc.properties`` of its own.
+
 Modules: ``config`` (paths, cassandra.yaml and JVM flags of one node), ``process`` (one node's
 JVM: start, recognise, stop), ``probe`` (ports and CQL readiness), ``ring`` (joining nodes into a
 ring), ``cluster`` (:class:`LocalCassandra`), ``clock`` (a node whose wall clock runs ahead or
@@ -37,8 +41,10 @@ from .config import (
     AVAILABLE_PROCESSORS,
     CONF_DIR,
     CONSOLE_FILE,
+    DATA_CENTER_SNITCH,
     DEFAULT_BASE_DIR,
     DEFAULT_PORT,
+    DEFAULT_SNITCH,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_STORAGE_PORT,
     LIB_DIR,
@@ -46,6 +52,7 @@ from .config import (
     MAIN_CLASS,
     NODE_FILE,
     PID_FILE,
+    RACKDC_PROPERTY,
     RING_DELAY_MS,
     ROOT,
     SEED_ADDRESS,
@@ -55,10 +62,13 @@ from .config import (
     CassandraError,
     JvmExtras,
     NodeConfig,
+    data_center_layout,
     default_heap,
     initial_token,
     jvm_args,
     node_address,
+    rackdc_extras,
+    rackdc_properties,
     read_jvm_options,
     render_yaml,
 )
@@ -77,8 +87,10 @@ __all__ = [
     "AVAILABLE_PROCESSORS",
     "CONF_DIR",
     "CONSOLE_FILE",
+    "DATA_CENTER_SNITCH",
     "DEFAULT_BASE_DIR",
     "DEFAULT_PORT",
+    "DEFAULT_SNITCH",
     "DEFAULT_STARTUP_TIMEOUT",
     "DEFAULT_STORAGE_PORT",
     "LIB_DIR",
@@ -86,6 +98,7 @@ __all__ = [
     "MAIN_CLASS",
     "NODE_FILE",
     "PID_FILE",
+    "RACKDC_PROPERTY",
     "RING_DELAY_MS",
     "ROOT",
     "SEED_ADDRESS",
@@ -101,6 +114,7 @@ __all__ = [
     "OFFSET_PROPERTY",
     "check_lib_dir",
     "compile_offset_clock",
+    "data_center_layout",
     "cassandra_endpoint",
     "default_heap",
     "ensure_cassandra",
@@ -117,6 +131,8 @@ __all__ = [
     "offset_clock_extras",
     "port_free",
     "port_open",
+    "rackdc_extras",
+    "rackdc_properties",
     "query_node",
     "query_peers",
     "query_release_version",

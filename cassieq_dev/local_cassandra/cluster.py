@@ -7,6 +7,7 @@ import shutil
 import ssl
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,7 @@ from .config import (
     CassandraError,
     JvmExtras,
     NodeConfig,
+    data_center_layout,
     default_heap,
     node_address,
 )
@@ -84,6 +86,7 @@ class LocalCassandra:
         auth: bool = False,
         tls: bool | str | None = None,
         cgroups: Path | None = None,
+        data_centers: Sequence[tuple[str, int]] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
@@ -100,6 +103,10 @@ class LocalCassandra:
         self.tls = check_tls_mode(tls)
         # A cgroup v2 directory: node i starts in ``cgroups/node<i>`` (see process.spawn).
         self.cgroups = cgroups
+        # (data center, nodes) pairs in node order, e.g. [("dc1", 2), ("dc2", 1)]: the nodes
+        # then run GossipingPropertyFileSnitch, each with a rackdc file of its own. None: one
+        # data center (SimpleSnitch), as every cluster the launcher starts by default.
+        self.data_centers = data_center_layout(data_centers, nodes) if data_centers else {}
         # Extra environment of a node's next start (e.g. a faked clock), by node index.
         self.node_env: dict[int, dict[str, str]] = {}
         # Extra JVM properties and classpath of a node's next start (its data center, a clock
@@ -136,6 +143,7 @@ class LocalCassandra:
             self.durable,
             self.auth,
             self.tls,
+            self.data_centers.get(index),
         )
 
     def node_cgroup(self, index: int) -> Path | None:
@@ -352,6 +360,9 @@ def recorded_nodes(base_dir: Path = DEFAULT_BASE_DIR) -> list[NodeConfig]:
                 durable=bool(record.get("durable", False)),
                 auth=bool(record.get("auth", False)),
                 tls=check_tls_mode(record.get("tls")),
+                data_center=None
+                if record.get("data_center") is None
+                else str(record["data_center"]),
             )
         )
     return nodes

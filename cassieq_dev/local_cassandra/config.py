@@ -6,7 +6,8 @@ Pure functions of a :class:`NodeConfig`: nothing here starts a process or opens 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -38,6 +39,16 @@ LOG_TAIL_LINES = 40
 # unsafesystem): a SIGKILL loses what it acknowledged, schema included.
 FAST_COMMITLOG = "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms"
 DURABLE_COMMITLOG = "commitlog_sync: batch"
+# One data center (every cluster the launcher starts unless it is given data centers), and the
+# snitch of a cluster of several: each node reads its data center and rack from a properties
+# file of its own, named by the JVM system property RACKDC_PROPERTY (a URL; Cassandra 5.0's
+# SnitchProperties reads that property before looking on the classpath).
+DEFAULT_SNITCH = "SimpleSnitch"
+DATA_CENTER_SNITCH = "GossipingPropertyFileSnitch"
+RACKDC_PROPERTY = "cassandra-rackdc.properties"
+RACKDC_FILE = "cassandra-rackdc.properties"
+DEFAULT_RACK = "rack1"
+_DC_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
 
 
 class CassandraError(RuntimeError):
@@ -92,6 +103,17 @@ class NodeConfig:
     durable: bool = False
     auth: bool = False
     tls: str | None = None  # None, "on" or "mutual" (see security.py)
+    # The data center this node belongs to (GossipingPropertyFileSnitch reads it from the
+    # node's RACKDC_FILE), or None: one data center, SimpleSnitch.
+    data_center: str | None = None
+
+    @property
+    def snitch(self) -> str:
+        return DEFAULT_SNITCH if self.data_center is None else DATA_CENTER_SNITCH
+
+    @property
+    def rackdc_path(self) -> Path:
+        return self.node_dir / RACKDC_FILE
 
     @property
     def tls_dir(self) -> Path:
@@ -142,6 +164,8 @@ class NodeConfig:
             record["auth"] = True
         if self.tls:
             record["tls"] = self.tls
+        if self.data_center is not None:
+            record["data_center"] = self.data_center
         return record
 
 
@@ -161,7 +185,41 @@ def render_yaml(node: NodeConfig, template: str | None = None) -> str:
         native_port=node.port,
         node_dir=node.node_dir.as_posix(),
         commitlog_sync=DURABLE_COMMITLOG if node.durable else FAST_COMMITLOG,
+        snitch=node.snitch,
     )
+
+
+def data_center_layout(layout: Sequence[tuple[str, int]], nodes: int) -> dict[int, str]:
+    """Node index -> data center for ``layout``, pairs of (data center, how many nodes) in
+    order: ``[("dc1", 2), ("dc2", 1)]`` puts nodes 1 and 2 in dc1 and node 3 in dc2. Node 1,
+    the seed, is in the first data center."""
+    out: dict[int, str] = {}
+    seen: set[str] = set()
+    for dc, count in layout:
+        if not isinstance(dc, str) or not _DC_NAME.fullmatch(dc):
+            raise ValueError(
+                f"data center name must be 1-48 letters, digits, '_' or '-', got {dc!r}"
+            )
+        if dc in seen:
+            raise ValueError(f"data center {dc!r} is named twice; give each once with its count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"data center {dc!r} needs at least one node, got {count!r}")
+        seen.add(dc)
+        for _ in range(count):
+            out[len(out) + 1] = dc
+    if len(out) != nodes:
+        raise ValueError(
+            f"the data centers hold {len(out)} nodes and the cluster has {nodes}: make the "
+            "counts add up to the number of nodes"
+        )
+    return out
+
+
+def rackdc_properties(node: NodeConfig) -> str:
+    """The node's cassandra-rackdc.properties: its data center, one rack per data center."""
+    if node.data_center is None:
+        raise ValueError(f"node {node.index} belongs to no data center")
+    return f"dc={node.data_center}\nrack={DEFAULT_RACK}\n"
 
 
 def read_jvm_options(path: Path | None = None) -> list[str]:
@@ -179,6 +237,16 @@ class JvmExtras:
 
     props: Mapping[str, str] = field(default_factory=dict)
     classpath: tuple[Path, ...] = ()
+
+
+def rackdc_extras(node: NodeConfig, extras: JvmExtras | None = None) -> JvmExtras | None:
+    """``extras`` with the property that points the node's JVM at its rackdc file (a
+    property already in ``extras`` wins); ``extras`` unchanged for a node of no data center."""
+    if node.data_center is None:
+        return extras
+    base = extras or JvmExtras()
+    props = {RACKDC_PROPERTY: node.rackdc_path.resolve().as_uri(), **base.props}
+    return JvmExtras(props=props, classpath=base.classpath)
 
 
 def jvm_args(

@@ -29,6 +29,8 @@ from .config import (
     JvmExtras,
     NodeConfig,
     jvm_args,
+    rackdc_extras,
+    rackdc_properties,
     render_yaml,
 )
 
@@ -137,7 +139,8 @@ def spawn(
     ``cgroup``: a cgroup v2 directory the JVM starts in (created if missing), so that every
     socket it opens carries it (a packet filter can then tell this node's packets from the
     other nodes', which all send from 127.0.0.1). ``env``: variables added to its environment.
-    ``extras``: system properties and classpath entries of this node only.
+    ``extras``: system properties and classpath entries of this node only. A node of a data
+    center gets its rackdc file written and named to its JVM as well.
     """
     join_cgroup = None
     if cgroup is not None:
@@ -150,8 +153,10 @@ def spawn(
     for sub in NODE_SUBDIRS:
         (node.node_dir / sub).mkdir(parents=True, exist_ok=True)
     node.yaml_path.write_text(render_yaml(node))
+    if node.data_center is not None:
+        node.rackdc_path.write_text(rackdc_properties(node))
     (node.node_dir / NODE_FILE).write_text(json.dumps(node.record(), indent=2) + "\n")
-    cmd = [java, *jvm_args(node, heap, extras=extras)]
+    cmd = [java, *jvm_args(node, heap, extras=rackdc_extras(node, extras))]
     log.info("starting Cassandra node %d on %s:%d", node.index, node.address, node.port)
     with open(node.node_dir / CONSOLE_FILE, "ab") as console:
         proc = subprocess.Popen(

@@ -16,7 +16,6 @@ again; the load then runs on for ``AFTER_S``.
 
 from __future__ import annotations
 
-import collections
 import multiprocessing as mp
 import threading
 import time
@@ -24,7 +23,14 @@ import uuid
 from typing import Any
 
 import pytest
-from support.cluster_faults import Faults, consume, eventually, produce
+from support.cluster_faults import (
+    OUTAGE_ERRORS,
+    Faults,
+    check_outage_traffic,
+    consume,
+    eventually,
+    produce,
+)
 from support.cluster_stream import (
     TimedCollector,
     abandon,
@@ -42,8 +48,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 FAIL_WITHIN_S = 60.0
 AFTER_S = 30.0
-# What a client may see while no node answers: the outage itself, or a request it cut off.
-OUTAGE_ERRORS = ("CassandraUnavailableError", "OperationTimedOut", "WriteTimeout", "ReadTimeout")
 
 
 def wait_failed(query: Any, timeout: float) -> str:
@@ -58,33 +62,6 @@ def wait_failed(query: Any, timeout: float) -> str:
         seen = seen._cause
         parts.append(str(seen))
     return "\n--- caused by ---\n".join(parts)
-
-
-def check_outage_traffic(results: list[tuple]) -> dict[str, Any]:
-    """Every put that returned was acked once under one id; errors only of the outage's kinds."""
-    sent = [p for kind, s, *_ in results if kind == "producer" for p in s]
-    acked = [a for kind, a, *_ in results if kind == "consumer" for a in a]
-    errors = [e for _, _, errs, *_ in results for e in errs]
-    kinds = collections.Counter(e.split(":")[0] for e in errors)
-    other = [e for e in errors if not e.startswith(OUTAGE_ERRORS)]
-    assert other == [], f"errors other than the outage's reached the clients: {other[:3]}"
-    acks = collections.Counter(payload for payload, *_ in acked)
-    assert [p for p, n in acks.items() if n > 1] == [], "a message was acked twice"
-    ids = collections.defaultdict(set)
-    for payload, mid, *_ in acked:
-        ids[payload].add(mid)
-    assert [p for p, i in ids.items() if len(i) > 1] == [], "a payload was enqueued twice"
-    # A delivery whose ack raised (the cluster went away under it) may have been acked: it is
-    # then never redelivered, and counts as delivered.
-    unsure = {p for kind, *rest in results if kind == "consumer" for p in rest[3]}
-    missing = set(sent) - set(acks) - unsure
-    assert missing == set(), f"{len(missing)} of {len(sent)} acknowledged puts never delivered"
-    return {
-        "messages": len(sent),
-        "acked": len(acks),
-        "ack_outcome_unknown": len(unsure & (set(sent) - set(acks))),
-        "errors": dict(kinds),
-    }
 
 
 def test_whole_cluster_restart_fails_queries_clearly_and_loses_nothing_acknowledged(

@@ -9,10 +9,11 @@ Nothing here mocks Cassandra: the nodes are real JVMs and the signals are real.
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -46,12 +47,18 @@ def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 
 
 
 def durable_cluster(
-    nodes: int, port: int, storage_port: int, name: str, heap: str = "384M"
+    nodes: int,
+    port: int,
+    storage_port: int,
+    name: str,
+    heap: str = "384M",
+    data_centers: Sequence[tuple[str, int]] | None = None,
 ) -> LocalCassandra:
     """A durable local cluster (a SIGKILLed node restarts with all it acknowledged) in its own
     directory; wiped first when none of its nodes runs, so every run starts from a fresh ring.
     Each node runs in a cgroup of its own where this process may make one (for the network
-    faults, support/net_faults.py)."""
+    faults, support/net_faults.py). ``data_centers``: (name, nodes) pairs, in node order, for
+    a cluster of several data centers (see LocalCassandra)."""
     from support.net_faults import node_cgroups
 
     cluster = LocalCassandra(
@@ -62,6 +69,7 @@ def durable_cluster(
         base_dir=STATE_DIR / name,
         durable=True,
         cgroups=node_cgroups(name),
+        data_centers=data_centers,
     )
     if not any(cluster.is_node_running(i) for i in range(1, nodes + 1)):
         cluster.wipe()
@@ -293,6 +301,38 @@ def consume(options: dict[str, str], queue: str, stop: Any, out: Any, skew: floa
                 errors.append(_described(exc))
             longest = max(longest, time.monotonic() - began)
     out.put(("consumer", acked, errors, longest, unsure))
+
+
+# What a client may see while no node it may use answers: the outage itself, or a request the
+# outage cut off.
+OUTAGE_ERRORS = ("CassandraUnavailableError", "OperationTimedOut", "WriteTimeout", "ReadTimeout")
+
+
+def check_outage_traffic(results: list[tuple]) -> dict[str, Any]:
+    """Every put that returned was acked once under one id; errors only of the outage's kinds."""
+    sent = [p for kind, s, *_ in results if kind == "producer" for p in s]
+    acked = [a for kind, a, *_ in results if kind == "consumer" for a in a]
+    errors = [e for _, _, errs, *_ in results for e in errs]
+    kinds = collections.Counter(e.split(":")[0] for e in errors)
+    other = [e for e in errors if not e.startswith(OUTAGE_ERRORS)]
+    assert other == [], f"errors other than the outage's reached the clients: {other[:3]}"
+    acks = collections.Counter(payload for payload, *_ in acked)
+    assert [p for p, n in acks.items() if n > 1] == [], "a message was acked twice"
+    ids = collections.defaultdict(set)
+    for payload, mid, *_ in acked:
+        ids[payload].add(mid)
+    assert [p for p, i in ids.items() if len(i) > 1] == [], "a payload was enqueued twice"
+    # A delivery whose ack raised (the cluster went away under it) may have been acked: it is
+    # then never redelivered, and counts as delivered.
+    unsure = {p for kind, *rest in results if kind == "consumer" for p in rest[3]}
+    missing = set(sent) - set(acks) - unsure
+    assert missing == set(), f"{len(missing)} of {len(sent)} acknowledged puts never delivered"
+    return {
+        "messages": len(sent),
+        "acked": len(acks),
+        "ack_outcome_unknown": len(unsure & (set(sent) - set(acks))),
+        "errors": dict(kinds),
+    }
 
 
 def check_client_traffic(results: list[tuple[str, list, list[str], float]]) -> dict[str, Any]:

@@ -76,3 +76,27 @@ def test_the_unavailable_error_says_whether_a_node_received_the_request(errors, 
     err = unavailable_error(cluster, _nha(*errors), "127.0.0.1:1")
     assert err.delivered is delivered
     assert pickle.loads(pickle.dumps(err)).delivered is delivered
+
+
+def _host(address: str, dc: str | None, up: bool | None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(address=address, datacenter=dc, is_up=up)
+
+
+def test_a_lost_local_data_center_is_named_with_the_way_out():
+    """A connection with localDc uses only that data center's nodes as coordinators: when they
+    are all gone its requests fail although another data center answers; the error says which
+    data center, and that another localDc (or waiting) is the way out."""
+    from cassieq_spark.engine.store.failures import local_dc_down
+
+    hosts = [_host("127.0.0.1", "dc1", True), _host("127.0.0.2", "dc1", None)]
+    hosts.append(_host("127.0.0.3", "dc2", False))
+    text = local_dc_down(hosts, "dc2")
+    assert text is not None
+    assert "data center 'dc2' (127.0.0.3)" in text and "localDc set to another" in text
+    assert text.endswith("(dc1)")
+    assert local_dc_down(hosts, None) is None  # no localDc: the generic advice
+    assert local_dc_down(hosts, "dc1") is None  # a dc1 node is up: not this
+    # Every data center's nodes down: the whole cluster is gone, nothing better to say.
+    assert local_dc_down([_host("127.0.0.1", "dc1", False), hosts[2]], "dc2") is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from cassandra.cluster import Cluster, NoHostAvailable
@@ -46,21 +46,61 @@ def tls_hint(error: str, ssl_enabled: bool) -> str:
     )
 
 
+def local_dc_down(hosts: Iterable[Any], local_dc: str | None) -> str | None:
+    """What to do when no node of the connection's ``localDc`` can take a request, or None
+    (no localDc given, one of its nodes is known up, or every other data center's nodes are
+    known down as well).
+
+    A connection with ``localDc`` sends its requests to that data center's nodes only (the
+    driver ignores the others' nodes as coordinators), even when another data center's nodes
+    could serve the queue's quorum: its requests then fail although the cluster as a whole
+    answers. The way out is another localDc with nodes up, or to wait. ``hosts``: the
+    driver's ``Host`` objects (``address``, ``datacenter``, ``is_up``).
+    """
+    if not local_dc:
+        return None
+    hosts = list(hosts)
+    if any(h.is_up is True for h in hosts if h.datacenter == local_dc):
+        return None  # its nodes are there: the request failed for another reason
+    local = sorted(str(h.address) for h in hosts if h.datacenter == local_dc)
+    # A node this connection never used (another data center's) may be up with its state
+    # unknown to the driver (None): only one known to be down rules its data center out.
+    others = sorted(
+        {
+            h.datacenter
+            for h in hosts
+            if h.datacenter not in (None, local_dc) and h.is_up is not False
+        }
+    )
+    if not others:
+        return None
+    where = f" ({', '.join(local)})" if local else ""
+    return (
+        f"no node of data center {local_dc!r}{where} answers, and this connection uses only "
+        f"its localDc's nodes: retry once one is back, or connect with localDc set to another "
+        f"data center ({', '.join(others)})"
+    )
+
+
 def unavailable_error(
-    cluster: Cluster, exc: NoHostAvailable, where: str | None = None
+    cluster: Cluster, exc: NoHostAvailable, where: str | None = None, local_dc: str | None = None
 ) -> CassandraUnavailableError:
     """A driver NoHostAvailable from a running cluster connection, as the error a user can act
-    on: which Cassandra, which nodes are down, and what to do."""
+    on: which Cassandra, which nodes are down, and what to do (with ``local_dc``, the
+    connection's localDc: when only that data center's nodes are gone, say so)."""
     if isinstance(exc, CassandraUnavailableError):
         return exc
     if where is None:
         where = f"{','.join(map(str, cluster.contact_points))}:{cluster.port}"
-    down = sorted(h.address for h in cluster.metadata.all_hosts() if h.is_up is False)
+    hosts = list(cluster.metadata.all_hosts())
+    down = sorted(h.address for h in hosts if h.is_up is False)
     state = f"nodes down: {', '.join(down)}; " if down else ""
+    todo = local_dc_down(hosts, local_dc) or (
+        "retry once the cluster is back, or restart the streaming query from its checkpoint"
+    )
     return CassandraUnavailableError(
         f"Cassandra at {where} did not answer: no node could take the request "
-        f"({state}{first_error(exc)}). Nothing acknowledged is lost: retry once the cluster "
-        "is back, or restart the streaming query from its checkpoint",
+        f"({state}{first_error(exc)}). Nothing acknowledged is lost: {todo}",
         exc.errors if isinstance(exc.errors, dict) else {},
         delivered=not never_sent(exc),
     )

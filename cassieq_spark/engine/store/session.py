@@ -41,7 +41,7 @@ from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
 from ...config import ConnectionConfig, check_cluster
 from ...errors import CassandraUnavailableError, ConfigError, ConnectionFailedError
 from . import faults, suspend
-from .failures import first_error, resend_unsent, tls_hint, unavailable_error
+from .failures import first_error, local_dc_down, resend_unsent, tls_hint, unavailable_error
 from .retries import QueueRetryPolicy, is_idempotent
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,8 @@ class Connection:
                 f"Cassandra at {config.describe()} rejected the credentials; check username/password"
             ) from exc
         except NoHostAvailable as exc:
-            dcs = sorted({h.datacenter for h in self.cluster.metadata.all_hosts() if h.datacenter})
+            hosts = list(self.cluster.metadata.all_hosts())
+            dcs = sorted({h.datacenter for h in hosts if h.datacenter})
             self.cluster.shutdown()
             errors = exc.errors if isinstance(exc.errors, dict) else {}
             if config.local_dc and dcs and config.local_dc not in dcs:
@@ -232,9 +233,10 @@ class Connection:
                     f"Cassandra at {config.describe()} rejected the credentials; check username/password"
                 ) from exc
             first = first_error(exc)
+            # Connecting with localDc opens connections to that data center's nodes only.
+            todo = local_dc_down(hosts, config.local_dc) or tls_hint(first, config.ssl_enabled)
             raise ConnectionFailedError(
-                f"cannot reach Cassandra at {config.describe()}: {first}; "
-                f"{tls_hint(first, config.ssl_enabled)}"
+                f"cannot reach Cassandra at {config.describe()}: {first}; {todo}"
             ) from exc
         except Exception as exc:  # driver raises OSError and friends for bad hosts
             self.cluster.shutdown()
@@ -372,7 +374,7 @@ class Connection:
 
     def unavailable(self, exc: NoHostAvailable) -> CassandraUnavailableError:
         """The driver's NoHostAvailable as the one error a user can act on."""
-        return unavailable_error(self.cluster, exc, self.config.describe())
+        return unavailable_error(self.cluster, exc, self.config.describe(), self.config.local_dc)
 
     def read_serial(self, cql: str, params: tuple | list = ()):
         """One row read at the serial level: completes any compare-and-set in progress on it,
