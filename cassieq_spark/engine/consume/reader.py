@@ -344,6 +344,8 @@ class Reader:
         claimed_rows: dict[int, object] = {}
         unremembered: int | None = None
         forget = False  # this call saw something the memory cannot account for
+        cuts = None  # the memory's cuts, kept through a lost race
+        made = now  # when the stretch kept through a lost race was first read whole
         end_of_reads = horizon.safe_end if memory is None else max(horizon.safe_end, memory.end)
         while len(out) < want and at < end_of_reads and lost < SCAN_ROUNDS:
             contended = now - cache.lost_race_at < CONTENDED_SECONDS
@@ -397,10 +399,16 @@ class Reader:
                     hold = left[0].id  # a held group's message below the stretch read again
                 gate.passed(rows, again)
                 at = again
-                # Lost to another consumer: read what changed rather than trust a memory, and
-                # leave none (the rows read from ``again`` on are not the whole stretch).
+                # Lost to another consumer: the stretch from ``again`` on is read afresh from
+                # the table. What this call knows below ``again`` stays true (a row it saw
+                # finished stays finished; one remembered fresh or due is read again by the
+                # next call anyway), so the memory keeps it, with the cuts and the age it had,
+                # and takes the rows read from ``again`` on in place of the stale ones.
+                cuts = memory.cut if memory is not None else cuts
+                seen = {g: [r for r in rs if r.id < again] for g, rs in seen.items()}
+                seen = {g: rs for g, rs in seen.items() if rs}
+                made = memory.made_at if memory is not None else made
                 rec = memory = None
-                forget = True
                 continue
             if left and hold is None:
                 hold = left[0].id
@@ -418,8 +426,8 @@ class Reader:
             end = at if memory is None else max(at, memory.end)
             if unremembered is not None:
                 end = min(end, unremembered)
-            made_at = memory.made_at if memory is not None else now
-            cut = memory.cut if memory is not None else None
+            made_at = memory.made_at if memory is not None else made
+            cut = memory.cut if memory is not None else cuts
             cache.memory = remember(pos, end, made_at, seen, claimed_rows, cut)
         return out
 

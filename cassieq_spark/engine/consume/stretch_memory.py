@@ -42,10 +42,12 @@ finished keeps its group waiting until this client looks again (its visibility e
 memory is dropped by age). Nothing remembered is ever taken for finished unless it is.
 
 The memory follows the reader position: rows below it are forgotten (heads in flight, which
-``group_heads`` names), whoever moved the pointer. It is dropped (the next scan reads from the
-reader position, as without it) when the position is past its end, after a lost race or a
-stream taking the lease, after :data:`MEMORY_SECONDS`, and when a cut group's kept rows are
-all finished; it keeps at most :data:`MEMORY_ROWS` rows (the stretch is cut before the rest). It is one client's cache of its
+``group_heads`` names), whoever moved the pointer. A claim lost to another consumer at id
+``a`` keeps what the call knows below ``a`` (still true: a finished row stays finished, and a
+row remembered fresh is read again before it is claimed) and replaces the rest by the rows
+read afresh from ``a`` on. It is dropped (the next scan reads from the reader position, as
+without it) when the position is past its end, after a stream taking the lease, after
+:data:`MEMORY_SECONDS`, and when a cut group's kept rows are all finished; it keeps at most :data:`MEMORY_ROWS` rows (the stretch is cut before the rest). It is one client's cache of its
 own reads: other clients, and the timer path, do not depend on it.
 """
 
