@@ -69,7 +69,8 @@ def world(queue_client: QueueClient) -> dict:
         "forged_overflow": PopReceipt(info2.queue_id, 2**64 - 1, 1).encode(),
         "forged_far": PopReceipt(info2.queue_id, 2**62, 1).encode(),
         "random_r1": "r1" + base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("="),
-        "random_b64": base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("="),
+        # Not starting with "-" (1 in 64 would): the command line would take it for an option.
+        "random_b64": "A" + base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("="),
     }
 
 
