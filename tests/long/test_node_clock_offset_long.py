@@ -33,6 +33,7 @@ from support.cluster_faults import (
     consume,
     durable_cluster,
     eventually,
+    faults_on,
     produce,
 )
 from support.cluster_stream import (
@@ -68,13 +69,8 @@ PAUSE_BOUND_S = 15.0
 @pytest.fixture(scope="module")
 def skewable() -> Iterator[Faults]:
     cluster = durable_cluster(3, PORT, STORAGE_PORT, "node-clock")
-    with cluster:  # stops only the nodes this module started
-        faults = Faults(cluster)
-        try:
-            faults.wait_all_up()
-            yield faults
-        finally:
-            faults.close()
+    with faults_on(cluster) as faults:  # stops only the nodes this module started
+        yield faults
 
 
 def cas_stamp_offset(faults: Faults, index: int) -> float:

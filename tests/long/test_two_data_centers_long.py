@@ -41,6 +41,7 @@ from support.cluster_faults import (
     consume,
     durable_cluster,
     eventually,
+    faults_on,
     produce,
 )
 from support.cluster_stream import (
@@ -87,13 +88,8 @@ def two_dc() -> Iterator[Faults]:
     cluster = durable_cluster(
         3, TWO_DC_PORT, TWO_DC_STORAGE_PORT, "twodc", heap="384M", data_centers=LAYOUT
     )
-    with cluster:  # stops only the nodes this module started
-        faults = Faults(cluster)
-        try:
-            faults.wait_all_up(240)
-            yield faults
-        finally:
-            faults.close()
+    with faults_on(cluster, up_timeout=240) as faults:  # stops only the nodes this module started
+        yield faults
 
 
 def options_in(faults: Faults, dc: str, **extra: str) -> dict[str, str]:

@@ -219,6 +219,19 @@ PRODUCER_MESSAGES = 600
 CONSUMER_MAX_SECONDS = 600.0
 
 
+@contextmanager
+def faults_on(cluster: LocalCassandra, up_timeout: float = 120.0) -> Iterator[Faults]:
+    """The fault harness on ``cluster`` once every node is up; on the way out the harness is
+    closed and only the nodes this process started are stopped."""
+    with cluster:
+        faults = Faults(cluster)
+        try:
+            faults.wait_all_up(up_timeout)
+            yield faults
+        finally:
+            faults.close()
+
+
 def _described(exc: BaseException) -> str:
     """An error and where in the product it came from, for the test's failure message."""
     import traceback

@@ -32,6 +32,7 @@ from support.cluster_faults import (
     CLUSTER_STORAGE_PORT,
     Faults,
     durable_cluster,
+    faults_on,
 )
 from support.driver import Driver
 
@@ -112,13 +113,8 @@ def cluster3() -> Iterator[Faults]:
     """A durable 3-node Cassandra on 127.0.0.1-3 (CQL 19042), shared by the cluster tests
     (starting one takes a minute or two), with the fault harness on it."""
     cluster = durable_cluster(CLUSTER_NODES, CLUSTER_PORT, CLUSTER_STORAGE_PORT, "cluster")
-    with cluster:  # stops only the nodes this session started
-        faults = Faults(cluster)
-        try:
-            faults.wait_all_up()
-            yield faults
-        finally:
-            faults.close()
+    with faults_on(cluster) as faults:  # stops only the nodes this session started
+        yield faults
 
 
 @pytest.fixture(scope="module")
