@@ -60,11 +60,14 @@ def consume(
     seed: int = 0,
     idle_seconds: float = 6.0,
     deadline: float = 300.0,
+    until: str | None = None,
 ) -> None:
     """Receive until nothing came for ``idle_seconds`` (longer than the visibility timeout, so
     expired deliveries come back first); alternate ``get_many`` and ``get``; leave every 17th
     first delivery unacked (it expires and comes back); work on a message 5 to 25 ms.
-    With ``lost_replies`` every compare-and-set of this process applies and loses its reply."""
+    With ``lost_replies`` every compare-and-set of this process applies and loses its reply.
+    With ``until`` (a path), idleness ends the run only once that file exists (the producers
+    are done)."""
     if lost_replies:
         from cassieq_spark.engine.store import faults
 
@@ -75,7 +78,10 @@ def consume(
     last = time.monotonic()
     with open(log_path, "a", buffering=1) as out, QueueClient.from_options(options) as client:
         turn = 0
-        while time.monotonic() < end and time.monotonic() - last < idle_seconds:
+        while time.monotonic() < end and (
+            time.monotonic() - last < idle_seconds
+            or (until is not None and not Path(until).exists())
+        ):
             turn += 1
             t0 = time.time()
             if turn % 3 == 0:
@@ -252,3 +258,53 @@ def ack_and_die_before_counting(options: dict, queue: str, receipt: str) -> None
     faults.on("consumer.grouped_ack_applied", lambda **_: os.kill(os.getpid(), signal.SIGKILL))
     with QueueClient.from_options(options) as client:
         client.ack(queue, receipt)
+
+
+def produce(
+    options: dict,
+    queue: str,
+    who: int,
+    log_path: str,
+    groups: int,
+    calls: int,
+    stall_every: int = 0,
+    stall_seconds: float = 0.0,
+    seed: int = 0,
+) -> None:
+    """``calls`` puts (``put`` and ``put_many`` of 2 to 4, alternating) of grouped messages,
+    each call's group at random among ``groups``; every ``stall_every``-th call stalls
+    ``stall_seconds`` with its rows written and its block not closed (``producer.written``),
+    long enough for readers to hand the block to repair. Logs one line per message,
+    ``["P", id returned, group, call, who]``, after its call returned."""
+    from cassieq_spark.engine.store import faults
+
+    stall = {"now": False}
+
+    def hold(**_context) -> None:
+        if stall["now"]:
+            time.sleep(stall_seconds)
+
+    faults.on("producer.written", hold)
+    rng = random.Random(seed * 1000 + who)
+    with open(log_path, "a", buffering=1) as out, QueueClient.from_options(options) as client:
+        for call in range(calls):
+            group = f"g{rng.randrange(groups):03d}"
+            stall["now"] = bool(stall_every) and call % stall_every == stall_every - 1
+            if call % 2:
+                payloads = [f"{who}-{call}-{i}".encode() for i in range(rng.randint(2, 4))]
+                ids = client.put_many(queue, payloads, group=group)
+            else:
+                ids = [client.put(queue, f"{who}-{call}".encode(), group=group)]
+            for mid in ids:
+                out.write(json.dumps(["P", mid, group, call, who]) + "\n")
+
+
+def read_puts(paths: list[Path]) -> dict:
+    """id -> group of every message the producers' logs show returned."""
+    out: dict = {}
+    for p in paths:
+        for line in p.read_text().splitlines():
+            _p, mid, group, _call, _who = json.loads(line)
+            assert mid not in out, f"id {mid} returned twice"
+            out[mid] = group
+    return out

@@ -44,6 +44,9 @@ _INSERT = (
 # A message's group: the reserved header, also stored in the row's ``grp`` column (see
 # engine/consume/groups.py).
 HEADER_GROUP = validate.HEADER_GROUP
+# A copy of a message (dead-letter move, repair's republish) names where it came from.
+HEADER_ORIGIN_QUEUE = "cassieq-origin-queue"
+HEADER_ORIGIN_ID = "cassieq-origin-id"
 
 COLUMNS = "id, payload, headers, enqueued_at, visible_at, version, deliveries, invisible_until, acked, dead"
 # Headers travel in the same mutation as the payload: together they must stay below

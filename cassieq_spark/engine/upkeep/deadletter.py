@@ -22,6 +22,8 @@ from ..core import clock, queues
 from ..core.buckets import bucket_of
 from ..core.counters import Counters
 from ..core.messages import (
+    HEADER_ORIGIN_ID,
+    HEADER_ORIGIN_QUEUE,
     MOVED_DLQ,
     MOVED_DLQ_DONE,
     MOVED_DLQ_MISSING,
@@ -36,8 +38,6 @@ from ..write.producer import enqueue
 
 log = logging.getLogger(__name__)
 
-HEADER_ORIGIN_QUEUE = "cassieq-origin-queue"
-HEADER_ORIGIN_ID = "cassieq-origin-id"
 HEADER_DELIVERY_COUNT = "cassieq-delivery-count"
 MOVED_DROPPED = "dropped"  # no dead-letter queue configured
 

@@ -36,19 +36,14 @@ from ..core.messages import (
     is_expired,
     read_range,
     remaining_ttl,
-    write_messages,
 )
 from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
+from ..write.republish import republish
 from . import deadletter, lost
-from .deadletter import HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
 
 log = logging.getLogger(__name__)
-
-# How many times one message may move on to a new republish block because the block its key
-# named was already repaired without it (needs a repair killed at the worst moment, repeatedly).
-MAX_REPUBLISH_HOPS = 8
 
 
 @dataclass(frozen=True)
@@ -76,111 +71,6 @@ def skipped_ranges(conn: Connection, queue: QueueInfo) -> list[SkippedRange]:
     ]
 
 
-def _block_age(conn: Connection, queue: QueueInfo, lo: int, now: float) -> float | None:
-    row = conn.execute(
-        "SELECT created_at, closed FROM {ks}.monoton WHERE queue_id = ? AND lo = ?",
-        (queue.queue_id, lo),
-    ).one()
-    if row is None or row.created_at is None:
-        return None
-    return now - to_epoch(row.created_at)
-
-
-def _claim_stale_block(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
-    """May we still write into an open block that readers may already have passed?
-
-    Yes if we can (re)start its repair clock: record it as skipped now, or push back the
-    ``skipped_at`` of a range not repaired yet. Its repair then waits the repair timeout
-    again and republishes what we write (readers never deliver rows of a skipped range).
-    No if its range is already repaired: what lands there now would never be delivered; nor
-    if repair forgot it meanwhile (then there is no range row to find, see forget_ranges).
-    """
-    if res.skipped and monoton.is_forgotten(conn, queue, res.lo):
-        return False
-    read = "SELECT hi, done FROM {ks}.skipped WHERE queue_id = ? AND lo = ?"
-    # After a lost reply: a row that is there and not repaired is as good as our own insert
-    # (the update below restarts its clock either way).
-    ins = conn.cas(
-        "INSERT INTO {ks}.skipped (queue_id, lo, hi, skipped_at) VALUES (?, ?, ?, toTimestamp(now())) "
-        "IF NOT EXISTS",
-        (queue.queue_id, res.lo, res.hi),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    if ins.was_applied:
-        return True
-    upd = conn.cas(
-        "UPDATE {ks}.skipped SET skipped_at = toTimestamp(now()) WHERE queue_id = ? AND lo = ? "
-        "IF done = null",
-        (queue.queue_id, res.lo),
-        read=read,
-        read_params=(queue.queue_id, res.lo),
-        applied=lambda row: row is not None and not row.done,
-    )
-    return bool(upd.was_applied)
-
-
-def republish(
-    conn: Connection, queue: QueueInfo, row, repair_timeout: float, delay: float = 0.0
-) -> int | None:
-    """Enqueue a copy of ``row`` exactly once, visible after ``delay`` seconds; returns the id it
-    got (None: already done).
-
-    The copy's block is keyed by the original id, so a second repair, or a rerun after a
-    crash, finds the same block: closed means done; open and young means a writer (maybe
-    us, earlier) is on it and rewriting the same row is harmless; open and old means the
-    writer died and readers may have passed the block, see :func:`_claim_stale_block`.
-    """
-    headers = dict(row.headers or {})
-    if headers.get(HEADER_ORIGIN_QUEUE) != queue.name or HEADER_ORIGIN_ID not in headers:
-        # A copy of a copy (its republish block was abandoned too) keeps the first origin;
-        # a dead-lettered message's origin names another queue and is replaced.
-        headers[HEADER_ORIGIN_QUEUE] = queue.name
-        headers[HEADER_ORIGIN_ID] = str(row.id)
-    key = f"repair:{row.id}"
-    for _hop in range(MAX_REPUBLISH_HOPS):
-        res = monoton.reserve_keyed(conn, queue, f"{key}#0", 1)
-        if res.closed:
-            return None
-        faults.point("ranges.republish_reserved", queue=queue, res=res)
-        age = _block_age(conn, queue, res.lo, clock.now())
-        if age is None:
-            # The block's row went after the key was read: another repair (or an earlier
-            # attempt of ours) wrote the copy and closed the block in between. Taking it for
-            # stale would hand the written copy to repair once more instead of to readers.
-            again = monoton.find_keyed(conn, queue, f"{key}#0")
-            if again is None or again.closed:
-                return None
-        fresh = age is not None and age < repair_timeout / 2
-        if fresh or _claim_stale_block(conn, queue, res):
-            write_messages(
-                conn, queue, res.lo, [row.payload or b""], [headers], [delay] if delay else None
-            )
-            monoton.close(conn, queue, res).result()
-            return res.lo
-        # The block was repaired already. If our copy had landed there, that repair
-        # republished it; if not, it is in no block yet: move on to a block of its own.
-        copy = conn.execute(
-            "SELECT id FROM {ks}.messages WHERE queue_id = ? AND bucket = ? AND id = ?",
-            (queue.queue_id, res.lo // queue.bucket_size, res.lo),
-        ).one()
-        if copy is not None:
-            return None
-        log.warning(
-            "queue %s: republish block %d of message %d was repaired before it was written; "
-            "using a new block",
-            queue.name,
-            res.lo,
-            row.id,
-        )
-        key = f"repair:{row.id}@{res.lo}"
-    raise RuntimeError(
-        f"queue {queue.name}: could not republish message {row.id} after "
-        f"{MAX_REPUBLISH_HOPS} attempts; run repair again"
-    )
-
-
 def repair_range(
     conn: Connection,
     counters: Counters,
@@ -194,7 +84,7 @@ def repair_range(
 
     Returns (republished, lost ids) as counted by this call; (0, 0) when another repair
     counted the range first, when a republisher pushed its repair back (see
-    :func:`_claim_stale_block`), or while a client still holds one of its messages: the range
+    :func:`~cassieq_spark.engine.write.republish.claim_stale_block`), or while a client still holds one of its messages: the range
     is then repaired again on a later pass (republishing is keyed, so nothing twice).
     """
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout

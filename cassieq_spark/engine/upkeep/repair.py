@@ -40,15 +40,14 @@ from ..core.messages import (
 )
 from ..core.queues import QueueInfo
 from ..store.session import Connection
+from ..write.republish import MAX_REPUBLISH_HOPS, republish
 from . import deadletter
 from .ranges import (
-    MAX_REPUBLISH_HOPS,
     SkippedRange,
     assume_repaired,
     due_ranges,
     forget_ranges,
     repair_range,
-    republish,
     skipped_ranges,
 )
 

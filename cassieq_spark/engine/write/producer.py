@@ -20,7 +20,7 @@ from ..core.counters import Counters
 from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
-from . import settle, writes
+from . import republish, settle, writes
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ def _enqueue_block(
         lo, hi = block.res.lo, block.res.hi
         faults.point("producer.written", queue=queue, res=block.res)
         outcome = settle.settle(conn, queue, block)
+        if outcome is settle.Settled.TO_REPAIR and rows.headers is not None:
+            _copy_grouped(conn, queue, rows, ids, todo)
         if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR):
             counters.count_enqueued(queue, placed.written)
             faults.point("producer.enqueued", queue=queue, ids=ids)
@@ -178,6 +180,19 @@ def _enqueue_block(
         f"could not enqueue into queue {queue.name!r}: its blocks kept being repaired or rolled "
         "back under the writer; retry later"
     )
+
+
+def _copy_grouped(
+    conn: Connection, queue: QueueInfo, rows: writes.Rows, ids: list[int], todo: list[int]
+) -> None:
+    """Readers handed the block to repair: its grouped messages are copied now, and the call
+    returns the copies' ids (``republish.republish_grouped``: a group's order is the order of
+    the ids puts return)."""
+    assert rows.headers is not None
+    written = [republish.Written(ids[at], rows.payloads[at], rows.headers[at]) for at in todo]
+    copies = republish.republish_grouped(conn, queue, written)
+    for at in todo:
+        ids[at] = copies.get(ids[at], ids[at])
 
 
 def _roll_back(conn: Connection, queue: QueueInfo, placed: writes.Placed) -> None:
