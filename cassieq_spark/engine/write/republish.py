@@ -12,7 +12,6 @@ message it copies.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -21,7 +20,7 @@ from ..core.buckets import bucket_of
 from ..core.clock import to_epoch
 from ..core.messages import HEADER_GROUP, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE, write_messages
 from ..core.queues import QueueInfo
-from ..store import faults
+from ..store import faults, suspend
 from ..store.session import Connection
 
 log = logging.getLogger(__name__)
@@ -190,7 +189,7 @@ def handed_to_repair(conn: Connection, queue: QueueInfo, copy: int) -> bool:
             return True
         if clock.now() > deadline:
             return False
-        time.sleep(0.1)
+        suspend.pause(0.1)
 
 
 def delivered_copy(conn: Connection, queue: QueueInfo, written: Written) -> int | None:
