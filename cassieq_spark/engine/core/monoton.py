@@ -205,6 +205,13 @@ class Closing:
         return self._closed
 
 
+def closes_plainly(queue: QueueInfo, res: Reservation) -> bool:
+    """Would :func:`close` close ``res`` now with a plain delete (its writer is well within
+    the repair timeout, so no reader can have handed the block to repair yet)?"""
+    elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
+    return elapsed < queue.repair_timeout / 2
+
+
 def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
     """The block is written (or given back): delete its reservation row.
 
@@ -224,8 +231,7 @@ def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
     forget: wrong only if readers consumed the block and repair reclaimed it between the close
     and the read-back, and then the rows are written again, never lost.)
     """
-    elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
-    if elapsed < queue.repair_timeout / 2:
+    if closes_plainly(queue, res):
         stamp = int((clock.now() + CLOSE_STAMP_AHEAD) * 1_000_000)
         return Closing(
             conn.execute_async(
