@@ -276,7 +276,7 @@ class Reader:
 
     def read_ahead(self, queue: QueueInfo, now: float, vt: float) -> None:
         """Send what a get will most likely need before it has read the pointers, so that it
-        travels with that read (docs/internals/protocol.md, "A get in three round trips"):
+        travels with that read (docs/internals/protocol.md, "Single calls in fewer round trips"):
 
         * the first stretch of the scan, from the position this client last moved the reader
           to. It is used only if the scan starts exactly there (no one moved the stored

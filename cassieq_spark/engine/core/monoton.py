@@ -212,7 +212,9 @@ def closes_plainly(queue: QueueInfo, res: Reservation) -> bool:
     return elapsed < queue.repair_timeout / 2
 
 
-def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
+def close(
+    conn: Connection, queue: QueueInfo, res: Reservation, plain: bool | None = None
+) -> Closing:
     """The block is written (or given back): delete its reservation row.
 
     A closed reservation is the absence of its row, so nothing about it can reopen later (a
@@ -230,8 +232,11 @@ def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
     a pointer still below its end means the close applied. (A pointer past it is read as a
     forget: wrong only if readers consumed the block and repair reclaimed it between the close
     and the read-back, and then the rows are written again, never lost.)
+
+    ``plain``: the caller's :func:`closes_plainly` taken a moment before (it sent something
+    that depends on the close being plain); None: decided here.
     """
-    if closes_plainly(queue, res):
+    if closes_plainly(queue, res) if plain is None else plain:
         stamp = int((clock.now() + CLOSE_STAMP_AHEAD) * 1_000_000)
         return Closing(
             conn.execute_async(

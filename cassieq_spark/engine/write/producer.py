@@ -157,11 +157,12 @@ def _enqueue_block(
         # block, which settles as CLOSED or raises, and either way the rows are delivered
         # (an open block goes to repair): the count is never of rows that are written again.
         counting = None
-        if not counted and block.own and monoton.closes_plainly(queue, block.res):
+        plain = block.own and monoton.closes_plainly(queue, block.res)
+        if plain and not counted:
             counting = counters.count_enqueued_alongside(queue, placed.written)
             counted = True
         try:
-            outcome = settle.settle(conn, queue, block)
+            outcome = settle.settle(conn, queue, block, plain=plain or None)
         finally:
             if counting is not None:
                 counting.wait()
