@@ -97,9 +97,9 @@ class Consumer:
         compare-and-set (with the body read alongside) and the lease check after it: three
         round trips when nothing is due (docs/internals/protocol.md)."""
         now = clock.now()
-        self.timers.read_ahead(queue, now)
-        self.reader.read_ahead(queue, now, visibility_timeout)
         try:
+            self.timers.read_ahead(queue, now)
+            self.reader.read_ahead(queue, now, visibility_timeout)
             faults.point("consumer.read_ahead", queue=queue, now=now)
             ptrs = pointers.read(self.conn, queue)
             busy = stream_busy(queue, ptrs, now)
