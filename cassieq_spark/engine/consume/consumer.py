@@ -90,15 +90,30 @@ class Consumer:
     # -- delivery ---------------------------------------------------------------------------
 
     def get(self, queue: QueueInfo, visibility_timeout: float) -> Message | None:
+        """The first due redelivery, else the first fresh message, claimed for
+        ``visibility_timeout``. The due slots, the first stretch of the scan and the timer of
+        the row this client expects to claim are sent with the read of the pointers (what
+        this client saw of them last bounds them from below); the claim then costs the
+        compare-and-set (with the body read alongside) and the lease check after it: three
+        round trips when nothing is due (docs/internals/protocol.md)."""
         now = clock.now()
-        ptrs = pointers.read(self.conn, queue)
-        busy = stream_busy(queue, ptrs, now)
-        if busy is not None:
-            raise busy
-        msg = self.timers.next(queue, ptrs, now, visibility_timeout, self.reader.claim)
-        if msg is None:
-            got = self.reader.take(queue, ptrs, now, visibility_timeout, 1, OneAtATime(self.reader))
-            msg = got[0] if got else None
+        try:
+            self.timers.read_ahead(queue, now)
+            self.reader.read_ahead(queue, now, visibility_timeout)
+            faults.point("consumer.read_ahead", queue=queue, now=now)
+            ptrs = pointers.read(self.conn, queue)
+            busy = stream_busy(queue, ptrs, now)
+            if busy is not None:
+                raise busy
+            msg = self.timers.next(queue, ptrs, now, visibility_timeout, self.reader.claim)
+            if msg is None:
+                got = self.reader.take(
+                    queue, ptrs, now, visibility_timeout, 1, OneAtATime(self.reader)
+                )
+                msg = got[0] if got else None
+        finally:
+            self.timers.drop_ahead(queue)
+            self.reader.drop_ahead(queue)
         held = still_held(queue, [msg] if msg is not None else [], now, visibility_timeout)
         return held[0] if held else None
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,7 +45,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from ...errors import QueueBusyError
 from ..core import clock, monoton, pointers, timers
-from ..core.buckets import bucket_of
+from ..core.buckets import bucket_of, split_by_bucket
 from ..core.clock import from_epoch, timer_slot, to_epoch
 from ..core.messages import (
     COLUMNS,
@@ -97,6 +98,10 @@ _CLAIM_ROW = (
     "WHERE queue_id = ? AND bucket = ? AND id = ? "
     "IF version = null AND acked = null AND dead = null"
 )
+_SCAN_STRETCH = (
+    f"SELECT {SCAN_COLUMNS} FROM {{ks}}.messages "
+    "WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+)
 _BODIES = (
     "SELECT id, payload, headers, enqueued_at FROM {ks}.messages "
     "WHERE queue_id = ? AND bucket = ? AND id IN ?"
@@ -128,6 +133,23 @@ class ReaderCache:
     # What the last scan read of the stretch behind its frontier (stretch_memory.py); replaced
     # whole by each scan, never changed in place.
     memory: StretchMemory | None = None
+    # The first fresh ungrouped row the last scan left unclaimed: what the next get is likely
+    # to claim (its timer may go out before the scan confirms it, see Reader.read_ahead).
+    next_fresh: int | None = None
+
+
+@dataclass
+class Ahead:
+    """What one get sent before reading the pointers (:meth:`Reader.read_ahead`): the first
+    stretch of its scan, and the timer of the row it expects to claim."""
+
+    lo: int = 0
+    hi: int = 0
+    stretch: object = None  # the future of the read of [lo, hi), scan columns
+    timer_id: int | None = None
+    timer_due: float = 0.0
+    timer_futures: list = field(default_factory=list)
+    marker_key: tuple | None = None  # the slot marker went with the timer
 
 
 def is_candidate(row, skipped: list[tuple[int, int]], queue: QueueInfo, now: float) -> bool:
@@ -248,6 +270,86 @@ class Reader:
         self.caches: dict[uuid.UUID, ReaderCache] = {}
         self._marked: set = set()
         self.heads = GroupHeads(conn)
+        self._ahead = threading.local()  # this thread's call: queue_id -> Ahead
+
+    # -- reads and writes sent ahead ----------------------------------------------------------
+
+    def read_ahead(self, queue: QueueInfo, now: float, vt: float) -> None:
+        """Send what a get will most likely need before it has read the pointers, so that it
+        travels with that read (docs/internals/protocol.md, "Single calls in fewer round trips"):
+
+        * the first stretch of the scan, from the position this client last moved the reader
+          to. It is used only if the scan starts exactly there (no one moved the stored
+          pointer past it meanwhile) and reads exactly that stretch; a row's state read a
+          round trip earlier is no less final than one read after the pointers: every claim
+          is a compare-and-set on the version read, and the lease is checked after the claim.
+        * the timer of the row the last scan left as the next fresh one (ungrouped, and no
+          race lost lately), for this call's due time. The claim of that row waits for the
+          timer's reply before its compare-and-set, as for any claim (the timer goes first);
+          if the call claims another row, or none, the timer is left behind as a lost claim's
+          is: the timer path finds the row fresh (the reader path's), or held with a later
+          due time, or finished."""
+        cache = self.caches.get(queue.queue_id)
+        if cache is None or cache.view is None or cache.memory is not None:
+            return
+        lo = cache.position
+        hi = min(cache.view[0].safe_end, lo + SCAN_FIRST_CHUNK)
+        parts = list(split_by_bucket(lo, hi, queue.bucket_size)) if lo < hi else []
+        if len(parts) != 1:
+            return
+        bucket, _, _ = parts[0]
+        ahead = Ahead(lo, hi)
+        ahead.stretch = self.conn.execute_async(_SCAN_STRETCH, (queue.queue_id, bucket, lo, hi))
+        fresh = cache.next_fresh
+        if fresh is not None and lo <= fresh < hi and now - cache.lost_race_at >= CONTENDED_SECONDS:
+            due = now + vt
+            timer, marker = timers.statements(self.conn, queue, due, fresh, now)
+            ahead.timer_id, ahead.timer_due = fresh, due
+            ahead.timer_futures = [self.conn.execute_async(timer)]
+            key = (queue.queue_id, timer_slot(due))
+            if key not in self._marked:
+                ahead.timer_futures.append(self.conn.execute_async(marker))
+                ahead.marker_key = key
+        self._calls()[queue.queue_id] = ahead
+
+    def drop_ahead(self, queue: QueueInfo) -> None:
+        """End of the call: what it sent ahead and did not use is not used by a later call."""
+        self._calls().pop(queue.queue_id, None)
+
+    def _calls(self) -> dict:
+        calls = getattr(self._ahead, "calls", None)
+        if calls is None:
+            calls = self._ahead.calls = {}
+        return calls
+
+    def _stretch(self, queue: QueueInfo, lo: int, hi: int) -> list:
+        """The scan columns of ``[lo, hi)``: the stretch read ahead if it is this one."""
+        ahead = self._calls().get(queue.queue_id)
+        if ahead is not None and ahead.stretch is not None:
+            future, ahead.stretch = ahead.stretch, None
+            if (ahead.lo, ahead.hi) == (lo, hi):
+                try:
+                    return list(future.result())
+                except Exception:
+                    pass  # read again below: the same read, after the pointers
+        return list(read_range(self.conn, queue, lo, hi, SCAN_COLUMNS))
+
+    def _timer_written(self, queue: QueueInfo, message_id: int, due: float) -> bool:
+        """Did this call write the timer (and the slot marker it needs) of ``message_id`` for
+        ``due`` ahead? Waits for those writes' replies: the timer must be stored before the
+        claim is sent."""
+        ahead = self._calls().get(queue.queue_id)
+        if ahead is None or ahead.timer_id != message_id or ahead.timer_due != due:
+            return False
+        futures, ahead.timer_futures, ahead.timer_id = ahead.timer_futures, [], None
+        try:
+            for f in futures:
+                f.result()
+        except Exception:
+            return False  # written again by the caller, after its own reply
+        if ahead.marker_key is not None:
+            self._marked.add(ahead.marker_key)
+        return True
 
     # -- the scan -----------------------------------------------------------------------------
 
@@ -346,6 +448,7 @@ class Reader:
         forget = False  # this call saw something the memory cannot account for
         cuts = None  # the memory's cuts, kept through a lost race
         made = now  # when the stretch kept through a lost race was first read whole
+        next_fresh: int | None = None  # the first fresh ungrouped row left after a claim
         end_of_reads = horizon.safe_end if memory is None else max(horizon.safe_end, memory.end)
         while len(out) < want and at < end_of_reads and lost < SCAN_ROUNDS:
             contended = now - cache.lost_race_at < CONTENDED_SECONDS
@@ -359,7 +462,7 @@ class Reader:
                 end = min(horizon.safe_end, at + size)
                 if end <= at:
                     break
-                rows = list(read_range(self.conn, queue, at, end, SCAN_COLUMNS))
+                rows = self._stretch(queue, at, end)
                 for row in rows:
                     if row.grp is not None and not gate.settled(row):
                         seen.setdefault(row.grp, []).append(row)
@@ -387,6 +490,7 @@ class Reader:
                 if row.id in claimed:
                     claimed_rows[row.id] = claimed_row(row, now, vt)
             left = [row for row in fresh if row.id not in claimed]
+            next_fresh = left[0].id if left and left[0].grp is None and not lost_now else None
             ungrouped = [row.id for row in left if row.grp is None]
             if ungrouped and unremembered is None:
                 unremembered = ungrouped[0]
@@ -420,6 +524,7 @@ class Reader:
         if not_looked_at is not None:
             pos = min(pos, not_looked_at)
         self.move_reader(queue, cache, ptrs.reader, pos, now, force=not out)
+        cache.next_fresh = next_fresh
         if forget:
             cache.memory = None
         else:
@@ -494,7 +599,8 @@ class Reader:
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
         # So does a fresh grouped message's head (groups.py): whoever passes it finds it named.
-        self._schedule(queue, due, row.id, now)
+        if not self._timer_written(queue, row.id, due):
+            self._schedule(queue, due, row.id, now)
         self.heads.write_heads(queue, [row])
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.

@@ -17,6 +17,7 @@ it is read again at every look, and its slot stays unresolved while it is fresh.
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,6 +58,11 @@ class TimerPath:
         # limit (a dead-letter queue, ``queues.keeps_past_delivery_limit``)? Read again
         # after ``KEEPS_CACHE_SECONDS``.
         self._keeps_cache: dict = {}
+        # queue_id -> the invisibility pointer as this client last saw it: a lower bound of
+        # the stored one (it only moves forward), where a get's read of the due slots may
+        # start before the pointers are read (:meth:`read_ahead`).
+        self._pointer_seen: dict = {}
+        self._ahead = threading.local()  # this thread's call: queue_id -> (from, to, future)
 
     def _keeps(self, queue: QueueInfo, now: float) -> bool:
         cached = self._keeps_cache.get(queue.queue_id)
@@ -64,6 +70,38 @@ class TimerPath:
             cached = (queues.keeps_past_delivery_limit(self.conn, queue), now + KEEPS_SECONDS)
             self._keeps_cache[queue.queue_id] = cached
         return cached[0]
+
+    def read_ahead(self, queue: QueueInfo, now: float) -> None:
+        """Send this call's read of the due slots now, from the invisibility pointer this client
+        saw last, so that it travels with the read of the pointers (one round trip less). The
+        stored pointer is at or above the one seen (it only moves forward): :meth:`take` keeps
+        the slots at or above the pointer it read, which are exactly those a read from there
+        returns. A client that has not seen the pointer yet reads after it as before."""
+        seen = self._pointer_seen.get(queue.queue_id)
+        if seen is None:
+            return
+        to = timer_slot(now)
+        future = self.conn.execute_async(timers.DUE_SLOTS, (queue.queue_id, seen, to))
+        self._calls()[queue.queue_id] = (seen, to, future)
+
+    def drop_ahead(self, queue: QueueInfo) -> None:
+        """End of the call: a read sent ahead and not used is not used by a later call."""
+        self._calls().pop(queue.queue_id, None)
+
+    def _calls(self) -> dict:
+        calls = getattr(self._ahead, "calls", None)
+        if calls is None:
+            calls = self._ahead.calls = {}
+        return calls
+
+    def _due_slots(self, queue: QueueInfo, from_slot: int, to_slot: int) -> list[int]:
+        ahead = self._calls().pop(queue.queue_id, None)
+        if ahead is not None and ahead[0] <= from_slot and ahead[1] == to_slot:
+            try:
+                return [r.slot for r in ahead[2].result() if r.slot >= from_slot]
+            except Exception:
+                pass  # read again below: the same read, after the pointers
+        return timers.due_slots(self.conn, queue, from_slot, to_slot)
 
     def delivered(self, queue: QueueInfo, message_id: int, version: int, due: float) -> None:
         if len(self._holding) > 100_000:
@@ -116,7 +154,9 @@ class TimerPath:
         for old in [s for s in known if s < ptrs.timer_slot]:
             del known[old]
         lost = 0
-        slots = timers.due_slots(self.conn, queue, ptrs.timer_slot, now_slot)
+        seen = self._pointer_seen.get(queue.queue_id, 0)
+        self._pointer_seen[queue.queue_id] = max(seen, ptrs.timer_slot)
+        slots = self._due_slots(queue, ptrs.timer_slot, now_slot)
         for slot, ids in timers.ids_in_slots(self.conn, queue, slots):
             seen = known.setdefault(slot, {})
             slot_resolved = True
@@ -182,8 +222,9 @@ class TimerPath:
         if contiguous:
             resolved_to = max(resolved_to, now_slot + 1)
         target = min(resolved_to, now_slot - TIMER_SETTLE_SLOTS)
-        if target > ptrs.timer_slot:
-            pointers.advance(self.conn, queue, "timer_slot", target)
+        if target > ptrs.timer_slot and pointers.advance(self.conn, queue, "timer_slot", target):
+            seen = self._pointer_seen.get(queue.queue_id, 0)
+            self._pointer_seen[queue.queue_id] = max(seen, target)
         return out
 
 

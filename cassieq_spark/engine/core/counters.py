@@ -66,6 +66,21 @@ class Counters:
                 type(exc).__name__,
             )
 
+    def count_enqueued_alongside(self, queue: QueueInfo, n: int) -> Counting:
+        """Send ``enqueued += n`` now and return at once, so that it travels with another
+        statement (a put's close); :meth:`Counting.wait` waits for it and never raises, as
+        :meth:`count_enqueued`. Only once the messages it counts are written."""
+        if not n:
+            return Counting(None, queue, n)
+        try:
+            future = self.conn.execute_async(
+                "UPDATE {ks}.counters SET enqueued = enqueued + ? WHERE queue_id = ?",
+                (n, queue.queue_id),
+            )
+        except Exception as exc:  # the seam or the driver refused it before it was sent
+            return Counting(exc, queue, n)
+        return Counting(future, queue, n)
+
     def count_enqueued(self, queue: QueueInfo, n: int) -> None:
         """Add ``n`` to ``enqueued``, never raising: the messages are enqueued already, and a
         caller that saw an error would retry and enqueue them twice. A count that cannot be
@@ -86,3 +101,30 @@ class Counters:
             f"SELECT {', '.join(NAMES)} FROM {{ks}}.counters WHERE queue_id = ?", (queue.queue_id,)
         ).one()
         return {n: int(getattr(row, n) or 0) if row else 0 for n in NAMES}
+
+
+class Counting:
+    """An ``enqueued`` update in flight (:meth:`Counters.count_enqueued_alongside`)."""
+
+    def __init__(self, future, queue: QueueInfo, n: int):
+        self._future = future
+        self._queue = queue
+        self._n = n
+
+    def wait(self) -> None:
+        """Wait for the update; a failure is logged (the counter is short by it), never
+        raised: the messages it counts are enqueued already."""
+        future, self._future = self._future, None
+        if future is None:
+            return
+        try:
+            if isinstance(future, BaseException):
+                raise future
+            future.result()
+        except Exception as exc:
+            log.warning(
+                "queue %s: counter enqueued += %d may not be recorded (%s); the total is off by it",
+                self._queue.name,
+                self._n,
+                type(exc).__name__,
+            )

@@ -205,7 +205,16 @@ class Closing:
         return self._closed
 
 
-def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
+def closes_plainly(queue: QueueInfo, res: Reservation) -> bool:
+    """Would :func:`close` close ``res`` now with a plain delete (its writer is well within
+    the repair timeout, so no reader can have handed the block to repair yet)?"""
+    elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
+    return elapsed < queue.repair_timeout / 2
+
+
+def close(
+    conn: Connection, queue: QueueInfo, res: Reservation, plain: bool | None = None
+) -> Closing:
     """The block is written (or given back): delete its reservation row.
 
     A closed reservation is the absence of its row, so nothing about it can reopen later (a
@@ -223,9 +232,11 @@ def close(conn: Connection, queue: QueueInfo, res: Reservation) -> Closing:
     a pointer still below its end means the close applied. (A pointer past it is read as a
     forget: wrong only if readers consumed the block and repair reclaimed it between the close
     and the read-back, and then the rows are written again, never lost.)
+
+    ``plain``: the caller's :func:`closes_plainly` taken a moment before (it sent something
+    that depends on the close being plain); None: decided here.
     """
-    elapsed = time.monotonic() - res.reserved_at if res.reserved_at else float("inf")
-    if elapsed < queue.repair_timeout / 2:
+    if closes_plainly(queue, res) if plain is None else plain:
         stamp = int((clock.now() + CLOSE_STAMP_AHEAD) * 1_000_000)
         return Closing(
             conn.execute_async(

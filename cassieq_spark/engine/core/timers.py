@@ -91,11 +91,11 @@ def schedule(conn: Connection, queue: QueueInfo, due: float, message_id: int, no
         f.result()
 
 
+DUE_SLOTS = "SELECT slot FROM {ks}.timer_slots WHERE queue_id = ? AND slot >= ? AND slot <= ?"
+
+
 def due_slots(conn: Connection, queue: QueueInfo, from_slot: int, to_slot: int) -> list[int]:
-    rows = conn.execute(
-        "SELECT slot FROM {ks}.timer_slots WHERE queue_id = ? AND slot >= ? AND slot <= ?",
-        (queue.queue_id, from_slot, to_slot),
-    )
+    rows = conn.execute(DUE_SLOTS, (queue.queue_id, from_slot, to_slot))
     return [r.slot for r in rows]
 
 

@@ -127,6 +127,7 @@ def _enqueue_block(
 ) -> list[int]:
     ids = [0] * len(rows)
     todo = list(range(len(rows)))  # offsets of the rows still to settle
+    counted = False  # the count went out with an earlier hop's close: these rows are in it
     for _hop in range(writes.MAX_HOPS):
         placed = writes.Placed(ids=[])
         try:
@@ -151,11 +152,25 @@ def _enqueue_block(
         block = placed.blocks[0]
         lo, hi = block.res.lo, block.res.hi
         faults.point("producer.written", queue=queue, res=block.res)
-        outcome = settle.settle(conn, queue, block)
+        # Every row is written (its reply came back): the count depends on nothing else, so
+        # it travels with the close instead of after it. Only beside a plain close of our own
+        # block, which settles as CLOSED or raises, and either way the rows are delivered
+        # (an open block goes to repair): the count is never of rows that are written again.
+        counting = None
+        plain = block.own and monoton.closes_plainly(queue, block.res)
+        if plain and not counted:
+            counting = counters.count_enqueued_alongside(queue, placed.written)
+            counted = True
+        try:
+            outcome = settle.settle(conn, queue, block, plain=plain or None)
+        finally:
+            if counting is not None:
+                counting.wait()
         if outcome is settle.Settled.TO_REPAIR and rows.headers is not None:
             _copy_grouped(conn, queue, rows, ids, todo)
         if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR):
-            counters.count_enqueued(queue, placed.written)
+            if counting is None and not counted:
+                counters.count_enqueued(queue, placed.written)
             faults.point("producer.enqueued", queue=queue, ids=ids)
             return ids
         todo = [at for at in todo if lo <= ids[at] < hi]

@@ -231,11 +231,14 @@ def _close_found(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -
     )
 
 
-def _close_own(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
+def _close_own(
+    conn: Connection, queue: QueueInfo, res: monoton.Reservation, plain: bool | None = None
+) -> bool:
     # A plain close that timed out is safe to send again (it carries its own timestamp).
+    # ``plain`` decides the first attempt (see settle); a retry decides again.
     for attempt in range(3):
         try:
-            return monoton.close(conn, queue, res).result()
+            return monoton.close(conn, queue, res, plain if attempt == 0 else None).result()
         except Exception:
             if attempt == 2:
                 raise
@@ -243,13 +246,15 @@ def _close_own(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> 
     raise AssertionError("unreachable")
 
 
-def settle(conn: Connection, queue: QueueInfo, block: Block) -> Settled:
+def settle(conn: Connection, queue: QueueInfo, block: Block, plain: bool | None = None) -> Settled:
     """Close ``block`` once all its rows are written, and say whether they will be delivered:
     CLOSED and TO_REPAIR mean yes; REPAIRED and ROLLED_BACK mean they must be written again
-    (the caller still has them, or fails so that its retry does)."""
+    (the caller still has them, or fails so that its retry does). ``plain``: for a block of
+    our own, the caller's :func:`monoton.closes_plainly`, so that the close is the one the
+    caller counted on."""
     res = block.res
     if block.own:
-        if _close_own(conn, queue, res):
+        if _close_own(conn, queue, res, plain):
             return Settled.CLOSED
     else:
         found = _close_found(conn, queue, res)
