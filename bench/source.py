@@ -3,7 +3,9 @@
 Each repeat fills a fresh queue with ``n`` messages (``put_many``), reads them once with a plain
 Spark batch read (``spark.read.format("cassieq")``, no acks), consumes them with
 ``readStream.format("cassieq")`` and ``Trigger.AvailableNow`` into the ``noop`` sink (the acks
-happen on commit, inside the timed run), then scans the same rows with the raw driver.
+happen on commit, inside the timed run), then scans the same rows with the raw driver. Each repeat then consumes ``n`` messages of 1 KiB
+the same way (a queue of their own): the goal is 1 KiB within 20% of 100 B in messages per
+second (``ratio_1k_vs_100``, the ratio of the medians, with repeat i against repeat i).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
     register_cassieq(spark)
     n = cfg.source_rows
     src_rates, src_wall_rates, scan_rates, read_rates, acked = [], [], [], [], []
+    big_rates: list[float] = []
     with client(cfg) as c:
         warm = unique_queue("src-warm")
         c.create_queue(warm)
@@ -82,17 +85,27 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
             if s["rows"] != n:
                 raise RuntimeError(f"driver scan read {s['rows']} rows, expected {n}")
             scan_rates.append(s["rate"])
+            big = unique_queue("src-1k")
+            c.create_queue(big)
+            fill(c, big, n, size=1024, salt=rep)
+            r = consume(spark, cfg, big)
+            if r["rows"] != n:
+                raise RuntimeError(f"source query delivered {r['rows']} 1 KiB rows, expected {n}")
+            big_rates.append(n / r["batch_seconds"])
             if scc is not None:
                 scc.after_source_repeat(rep)
             log.info(
-                "source rep %d: %.0f/s (wall %.0f/s), scan %.0f/s",
+                "source rep %d: %.0f/s (wall %.0f/s), 1 KiB %.0f/s, scan %.0f/s",
                 rep,
                 src_rates[-1],
                 src_wall_rates[-1],
+                big_rates[-1],
                 scan_rates[-1],
             )
     s, w, d = summarize(src_rates), summarize(src_wall_rates), summarize(scan_rates)
     pr = summarize(read_rates)
+    b = summarize(big_rates)
+    by_repeat = [x / y for x, y in zip(big_rates, src_rates, strict=True) if y]
     return {
         "rows": n,
         "processes": cfg.processes,
@@ -100,6 +113,12 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
         "source_wall_rate": w,
         "scan_rate": d,
         "ratio_vs_scan": s["median"] / d["median"],
+        "source_rate_1k": b,
+        "ratio_1k_vs_100": {
+            "ratio": b["median"] / s["median"],
+            "min": min(by_repeat),
+            "max": max(by_repeat),
+        },
         "spark_read_rate": pr,
         "wall_ratio_vs_spark_read": w["median"] / pr["median"],
         "wall_ratio_vs_scan": w["median"] / d["median"],

@@ -356,6 +356,21 @@ class PageSizer:
                 size += sum(len(k) + len(v) for k, v in headers.items())
             if size > self.largest:
                 self.largest = size
+        self._grow()
+
+    def saw_columns(self, payloads: Sequence, headers: Sequence | None) -> None:
+        """:meth:`saw` for a page given as columns (payloads, and headers or None when the
+        read has none): the same sizes, one Python step per row only for rows with headers."""
+        largest = max(map(len, filter(None, payloads)), default=0)
+        if headers is not None and headers.count(None) != len(headers):
+            for payload, h in zip(payloads, headers, strict=True):
+                if h:
+                    size = len(payload or b"") + sum(len(k) + len(v) for k, v in h.items())
+                    largest = max(largest, size)
+        self.largest = max(self.largest, largest)
+        self._grow()
+
+    def _grow(self) -> None:
         fits = BODY_BUDGET_BYTES // (2 * max(self.largest, self.ROW_FLOOR_BYTES))
         self.rows = max(self.floor, min(DEFAULT_PAGE_ROWS, self.rows * self.GROWTH, fits))
 
@@ -385,6 +400,53 @@ def read_range(
             state = result.paging_state
             if state is None:
                 break
+
+
+def column_names(columns: str) -> list[str]:
+    """The selected columns of ``columns`` (a SELECT's column list without nested commas)."""
+    return [c.strip() for c in columns.split(",")]
+
+
+def read_columns(
+    conn: Connection, queue: QueueInfo, lo: int, hi: int, columns: str
+) -> Iterator[tuple[tuple, ...]]:
+    """The rows of :func:`read_range`, page by page as columns: one tuple of values per
+    selected column, in the order of ``columns``, each page's rows in id order. The rows come
+    as plain tuples from the driver (``Connection.tuple_profile``) and are transposed at once,
+    no Python step per row. The next page is requested before a page is handed out, so that the
+    caller's work on it overlaps the wait for the next; pages of bodies are sized by a
+    :class:`PageSizer` from the pages seen before, as :func:`read_range` sizes them."""
+    stmt = conn.prepare(
+        f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
+    )
+    names = column_names(columns)
+    at_payload = names.index("payload") if "payload" in names else None
+    at_headers = names.index("headers") if "headers" in names else None
+    pages = PageSizer(queue) if at_payload is not None else None
+    parts = iter(split_by_bucket(lo, hi, queue.bucket_size))
+
+    def send(part: tuple[int, int, int], state: bytes | None):
+        bucket, blo, bhi = part
+        bound = stmt.bind((queue.queue_id, bucket, blo, bhi))
+        bound.fetch_size = pages.rows if pages is not None else DEFAULT_PAGE_ROWS
+        return conn.execute_async(bound, paging_state=state, execution_profile=conn.tuple_profile)
+
+    part = next(parts, None)
+    pending = send(part, None) if part is not None else None
+    while pending is not None:
+        result = pending.result()
+        rows = result.current_rows
+        cols = tuple(zip(*rows, strict=True)) if rows else ()
+        if cols and pages is not None and at_payload is not None:
+            pages.saw_columns(
+                cols[at_payload], cols[at_headers] if at_headers is not None else None
+            )
+        state = result.paging_state
+        if state is None:
+            part = next(parts, None)
+        pending = send(part, state) if part is not None else None
+        if cols:
+            yield cols
 
 
 def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):

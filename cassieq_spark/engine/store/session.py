@@ -36,7 +36,7 @@ from cassandra.policies import (
     TokenAwarePolicy,
 )
 from cassandra.protocol import OverloadedErrorMessage
-from cassandra.query import BatchStatement, BoundStatement, PreparedStatement
+from cassandra.query import BatchStatement, BoundStatement, PreparedStatement, tuple_factory
 
 from ...config import ConnectionConfig, check_cluster
 from ...errors import CassandraUnavailableError, ConfigError, ConnectionFailedError
@@ -162,6 +162,7 @@ class Connection:
         # connection's own cluster's profiles, or profile objects derived from a user's.
         self.profile: str | ExecutionProfile = EXEC_PROFILE_DEFAULT
         self.serial_profile: str | ExecutionProfile = EXEC_PROFILE_SERIAL
+        self._tuple_profile: ExecutionProfile | None = None
         if session is not None:
             self._adopt(session, profile)
             return
@@ -294,6 +295,17 @@ class Connection:
                 "execution_profiles= rather than default_retry_policy/load_balancing_policy"
             ) from None
         check_cluster(self.config, self.cluster.metadata)
+
+    @property
+    def tuple_profile(self) -> ExecutionProfile:
+        """The profile of plain statements with rows as plain tuples, the columns in the order
+        selected: for reads that turn whole pages into columns (``engine/stream/columns.py``),
+        which need no named tuple per row. Same consistency, retries and timeouts."""
+        if self._tuple_profile is None:
+            self._tuple_profile = self.session.execution_profile_clone_update(
+                self.profile, row_factory=tuple_factory
+            )
+        return self._tuple_profile
 
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepare once per connection; ``{ks}`` in the text is the keyspace."""

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from ...errors import PoisonBatchError, QueueNotFoundError
 from ..core import clock, queues
@@ -39,7 +40,7 @@ from .read import Delivery
 
 log = logging.getLogger(__name__)
 
-__all__ = ["earlier_runs", "part_key", "with_counts"]
+__all__ = ["CountedPage", "earlier_runs", "part_key", "with_counts", "with_counts_pages"]
 
 # Reads of partitions whose batch failed are rare and short-lived: two weeks covers a query
 # left failing over a long holiday; after that a replay counts from its client deliveries.
@@ -100,52 +101,131 @@ def with_counts(
     A poison batch of a queue without a dead-letter queue is dropped only if ``drop_allowed``
     (option ``failOnDataLoss=false``); else PoisonBatchError, before anything of it is
     dropped (``what`` names the partition's messages in it)."""
-    attempts = max_delivery_count if max_attempts is None else max_attempts
-    poison = earlier >= attempts
-    moved = taken = 0
-    full: QueueInfo | None = None
-    counters = Counters(conn)
-    keeps: bool | None = None  # a dead-letter queue: its messages outlive the limit
+    limit = _Limit(conn, queue, earlier, max_delivery_count, max_attempts, drop_allowed, what)
     for row, count in deliveries:
-        client = count - 1  # client deliveries before the stream's first run
-        if not poison and client < max_delivery_count:
+        if limit.passes(count) or limit.keeps(row, count):
             yield row, count
-            continue
-        full = full or _current(conn, queue)
+    limit.report()
+
+
+class CountedPage(Protocol):
+    """A page of deliveries as columns (``columns.Deliveries``), as far as counting needs it."""
+
+    def __len__(self) -> int: ...
+    def over_limit(self, max_delivery_count: int) -> list[int]: ...
+    def row(self, i: int) -> Any: ...
+    def count(self, i: int) -> int: ...
+    def without(self, positions: Iterable[int]) -> Any: ...
+
+
+P = TypeVar("P", bound=CountedPage)
+
+
+def with_counts_pages(
+    conn: Connection,
+    queue: QueueInfo,
+    pages: Iterator[P],
+    earlier: int,
+    max_delivery_count: int,
+    max_attempts: int | None = None,
+    drop_allowed: bool = False,
+    what: str = "",
+) -> Iterator[P]:
+    """:func:`with_counts` over pages of columns: a page none of whose rows reached the
+    delivery limit (the common case) passes whole, checked over its count column at once; the
+    rows past the limit, and every row of a poison batch, are decided one by one exactly as
+    :func:`with_counts` decides them, and taken out of their page unless they stay."""
+    limit = _Limit(conn, queue, earlier, max_delivery_count, max_attempts, drop_allowed, what)
+    for page in pages:
+        over = range(len(page)) if limit.poison else page.over_limit(max_delivery_count)
+        gone = [i for i in over if not limit.keeps(page.row(i), page.count(i))]
+        if gone:
+            page = page.without(gone)
+        if len(page):
+            yield page
+    limit.report()
+
+
+class _Limit:
+    """What :func:`with_counts` decides for a message past the delivery limit or of a poison
+    batch, and the moves it made (``report`` logs them)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        queue: QueueInfo,
+        earlier: int,
+        max_delivery_count: int,
+        max_attempts: int | None,
+        drop_allowed: bool,
+        what: str,
+    ):
+        self.conn, self.queue, self.earlier = conn, queue, earlier
+        self.max_delivery_count = max_delivery_count
+        self.attempts = max_delivery_count if max_attempts is None else max_attempts
+        self.poison = earlier >= self.attempts
+        self.drop_allowed, self.what = drop_allowed, what
+        self.moved = self.taken = 0
+        self.full: QueueInfo | None = None
+        self.counters = Counters(conn)
+        self.keeps_past: bool | None = None  # a dead-letter queue: its messages outlive the limit
+
+    def passes(self, count: int) -> bool:
+        """Delivered as it is: not a poison batch, and clients received it fewer times than
+        the limit (``count`` is their deliveries plus one)."""
+        return not self.poison and count - 1 < self.max_delivery_count
+
+    def keeps(self, row, count: int) -> bool:
+        """For a row that does not pass: True when it is delivered all the same (a dead-letter
+        queue keeps its messages past the limit); else it is moved on, or was taken by a
+        client since it was read, or its queue is gone, and False."""
+        client = count - 1  # client deliveries before the stream's first run
+        self.full = self.full or _current(self.conn, self.queue)
+        full = self.full
         if full is None:  # the queue was deleted or created again: nothing to move it to
-            continue
-        if not poison:
-            if keeps is None:
-                keeps = queues.keeps_past_delivery_limit(conn, full)
-            if keeps:
-                yield row, count
-                continue
-        if poison and full.dead_letter_queue is None and not drop_allowed:
+            return False
+        if not self.poison:
+            if self.keeps_past is None:
+                self.keeps_past = queues.keeps_past_delivery_limit(self.conn, full)
+            if self.keeps_past:
+                return True
+        if self.poison and full.dead_letter_queue is None and not self.drop_allowed:
             raise PoisonBatchError(
-                f"queue {queue.name!r}: {earlier} runs of this query read {what or 'a batch'} "
-                f"(from id {row.id}) without a commit (maxBatchAttempts {attempts}), and the "
-                "queue has no dead-letter queue to move them to; nothing was dropped. Fix what "
-                "makes the batch fail, or run the query once with failOnDataLoss=false to drop "
-                "these messages (counted in the queue's `dropped`), or set countDeliveries=false "
-                "to retry the batch as it is"
+                f"queue {self.queue.name!r}: {self.earlier} runs of this query read "
+                f"{self.what or 'a batch'} (from id {row.id}) without a commit "
+                f"(maxBatchAttempts {self.attempts}), and the queue has no dead-letter queue to "
+                "move them to; nothing was dropped. Fix what makes the batch fail, or run the "
+                "query once with failOnDataLoss=false to drop these messages (counted in the "
+                "queue's `dropped`), or set countDeliveries=false to retry the batch as it is"
             )
-        if deadletter.take(conn, counters, full, row, clock.now(), deliveries=client + earlier):
-            moved += 1
+        if deadletter.take(
+            self.conn, self.counters, full, row, clock.now(), deliveries=client + self.earlier
+        ):
+            self.moved += 1
         else:
-            taken += 1  # acked or claimed by a client since it was read: not ours to deliver
-    if moved:
-        log.warning(
-            "queue %s: %d messages moved to %s instead of delivered again (%s)",
-            queue.name,
-            moved,
-            (full and full.dead_letter_queue) or "nowhere (no dead-letter queue: dropped)",
-            f"{earlier} runs of this query read their batch without a commit, maxBatchAttempts "
-            f"{attempts}"
-            if poison
-            else f"clients had delivered them max_delivery_count {max_delivery_count} times",
-        )
-    if taken:
-        log.info("queue %s: %d messages taken by a client before the move", queue.name, taken)
+            self.taken += 1  # acked or claimed by a client since it was read: not ours to deliver
+        return False
+
+    def report(self) -> None:
+        if self.moved:
+            log.warning(
+                "queue %s: %d messages moved to %s instead of delivered again (%s)",
+                self.queue.name,
+                self.moved,
+                (self.full and self.full.dead_letter_queue)
+                or "nowhere (no dead-letter queue: dropped)",
+                f"{self.earlier} runs of this query read their batch without a commit, "
+                f"maxBatchAttempts {self.attempts}"
+                if self.poison
+                else "clients had delivered them max_delivery_count "
+                f"{self.max_delivery_count} times",
+            )
+        if self.taken:
+            log.info(
+                "queue %s: %d messages taken by a client before the move",
+                self.queue.name,
+                self.taken,
+            )
 
 
 def _current(conn: Connection, queue: QueueInfo) -> QueueInfo | None:

@@ -12,6 +12,9 @@ would have delivered it.
 * The *timer path* delivers the listed ids under the same rule, except plain rows: a plain
   row with a timer is one a client lost the race for, and the reader pointer owns it.
 
+The executors read with the same rules evaluated over whole pages at once
+(``columns.py``); the functions here are the reference those are tested against.
+
 A *replay* (a run that did not plan the batch: Spark re-runs the last logged batch after a
 restart) reads each row as it stood at ``end_ts`` as far as the row still tells it (see
 :func:`as_planned`): clients may have received and acked the batch's messages while no run
@@ -140,18 +143,22 @@ def as_planned(row, end_ts: int):
 
 
 def read_rows_by_id(
-    conn: Connection, queue: QueueInfo, ids: Iterable[int], columns: str
+    conn: Connection, queue: QueueInfo, ids: Iterable[int], columns: str, tuples: bool = False
 ) -> Iterator:
-    """Rows of the given ids (missing ones left out), in the order asked, pipelined."""
+    """Rows of the given ids (missing ones left out), in the order asked, pipelined;
+    ``tuples``: as plain tuples (``Connection.tuple_profile``), not named ones."""
     stmt = conn.prepare(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id = ?"
     )
     # Reads of bodies: no more in flight than one read's byte budget holds.
     window = min(READ_WINDOW, rows_per_read(queue)) if has_bodies(columns) else READ_WINDOW
+    profile = {"execution_profile": conn.tuple_profile} if tuples else {}
     pending: list = []
     for mid in ids:
         pending.append(
-            conn.execute_async(stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid))
+            conn.execute_async(
+                stmt, (queue.queue_id, bucket_of(mid, queue.bucket_size), mid), **profile
+            )
         )
         if len(pending) >= window:
             row = pending.pop(0).result().one()
