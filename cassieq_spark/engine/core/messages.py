@@ -6,16 +6,18 @@ import datetime as dt
 import logging
 import math
 import struct
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
 
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 
 from ... import validate
 from ...config import MAX_DELAY_SECONDS
 from ...errors import ConfigError, PayloadTooLargeError
-from ..store.session import Connection
+from ..store.session import Connection, EncodedBatch, EncodedStatements
 from . import timers as timer_rows
 from .buckets import bucket_of, split_by_bucket
 from .clock import from_epoch, to_epoch, utcnow
@@ -223,6 +225,112 @@ def _map_bytes(headers: dict[str, str]) -> bytes:
     return b"".join(parts)
 
 
+_SHORT = struct.Struct(">H")
+_UNSET = _INT32.pack(-2)  # a value sent as unset: the cell is left alone, no tombstone
+ROW_OVERHEAD_BYTES = 64  # what a row costs a batch beyond its payload and headers
+
+
+@dataclass(frozen=True)
+class EncodedRows:
+    """Rows ``lo``..``hi - 1`` (offsets into the payloads) of one bucket, encoded as the
+    statements of one batch (:class:`EncodedStatements`), and the bytes they count against
+    the batch and the pipeline's limits."""
+
+    bucket: int
+    lo: int
+    hi: int
+    nbytes: int
+    statements: EncodedStatements
+
+
+def encode_plain_rows(
+    query_id: bytes,
+    queue_id: bytes,
+    first_id: int,
+    payloads: Sequence[bytes],
+    bucket_size: int,
+    enqueued_at: bytes,
+    ttl: bytes,
+) -> Iterator[EncodedRows]:
+    """``payloads`` (no headers, no delays) as ids ``first_id, first_id + 1, ...``: the
+    statements of ``_INSERT`` bound to (queue id, bucket, id, payload, unset, unset,
+    ``enqueued_at``, unset, ``ttl``), in batches cut as :func:`write_messages` cuts them (one
+    bucket each, at most :data:`BATCH_MAX_ROWS` rows and :data:`BATCH_MAX_BYTES`, a row alone
+    past it). The bytes are the driver's encoding of the same values; each batch is built by
+    a handful of calls whose loops over rows run in C (``struct``, ``bytes.join`` over
+    ``zip``), no Python code per row."""
+    n = len(payloads)
+    head_row = (
+        b"\x01"
+        + _SHORT.pack(len(query_id))
+        + query_id
+        + _SHORT.pack(9)
+        + _INT32.pack(16)
+        + queue_id
+        + _INT32.pack(8)
+    )
+    tail_row = _UNSET + _UNSET + _INT32.pack(8) + enqueued_at + _UNSET + _INT32.pack(4) + ttl
+    lengths = list(map(len, payloads))
+    # cost[i]: what rows 0..i-1 count against a batch, as write_messages counts them
+    cost = list(accumulate(map(ROW_OVERHEAD_BYTES.__add__, lengths), initial=0))
+    for bucket, blo, bhi in split_by_bucket(first_id, first_id + n, bucket_size):
+        head = head_row + _INT64.pack(bucket) + _INT32.pack(8)  # then the id, the payload
+        i, end = blo - first_id, bhi - first_id
+        while i < end:
+            last = min(end, i + BATCH_MAX_ROWS)
+            j = max(i + 1, bisect_right(cost, cost[i] + BATCH_MAX_BYTES, i + 1, last + 1) - 1)
+            k = j - i
+            # each row's id and its payload's length, 12 bytes a row, then cut per row
+            pairs = struct.pack(
+                ">" + "qi" * k,
+                *chain.from_iterable(
+                    zip(range(first_id + i, first_id + j), lengths[i:j], strict=True)
+                ),
+            )
+            cuts = map(
+                pairs.__getitem__, map(slice, range(0, 12 * k, 12), range(12, 12 * k + 12, 12))
+            )
+            body = b"".join(
+                chain.from_iterable(
+                    zip(repeat(head, k), cuts, payloads[i:j], repeat(tail_row, k), strict=True)
+                )
+            )
+            yield EncodedRows(bucket, i, j, cost[j] - cost[i], EncodedStatements(k, body))
+            i = j
+
+
+def _write_plain(
+    conn: Connection,
+    stmt,
+    queue: QueueInfo,
+    first_id: int,
+    payloads: Sequence[bytes],
+    now_b: bytes,
+    ttl_b: bytes,
+    pipe: Pipeline,
+) -> None:
+    """Rows without headers or delays, sent as :class:`EncodedBatch` (see
+    :func:`encode_plain_rows`)."""
+    qid_b = queue.queue_id.bytes
+    bucket = None
+    route: bytes = b""
+    keyspace = None
+    for rows in encode_plain_rows(
+        stmt.query_id, qid_b, first_id, payloads, queue.bucket_size, now_b, ttl_b
+    ):
+        if rows.bucket != bucket:
+            # The bucket's partition, as the driver routes a bound row of it.
+            bucket = rows.bucket
+            bound = BoundStatement(stmt)
+            bound.values = [qid_b, _INT64.pack(bucket)] + [UNSET_VALUE] * 7
+            route, keyspace = bound.routing_key, bound.keyspace
+        batch = EncodedBatch(rows.statements, route, keyspace)
+        # Upserts of rows at ids this writer reserved: sending one twice is harmless,
+        # so the retry policy may re-send it after a timeout or a lost connection.
+        batch.is_idempotent = True
+        pipe.submit(batch, nbytes=rows.nbytes)
+
+
 def write_messages(
     conn: Connection,
     queue: QueueInfo,
@@ -266,6 +374,16 @@ def write_messages(
             for bound in timer_rows.many_statements(conn, queue, timers, to_epoch(utcnow())):
                 pipe.submit(bound)
             pipe.drain()
+    if (
+        conn.encodes_batches
+        and (headers is None or not any(headers))
+        and (delays is None or not any(delays))
+    ):
+        # The sink's usual rows: encoded a batch at a time, no Python code per row.
+        _write_plain(conn, stmt, queue, first_id, payloads, now_b, ttl_b, pipe)
+        if pipeline is None:
+            pipe.drain()
+        return n
     last_h: dict | None = None  # put_many and the sink often repeat one headers dict
     last_hb = UNSET_VALUE
     last_hn = 0
@@ -288,7 +406,7 @@ def write_messages(
             data = payloads[i]
             # A batch is sized by all it carries: payloads plus headers (finding P10: batches
             # of rows each accepted alone went past the 16 MiB frame on headers).
-            row_bytes = len(data) + last_hn + 64
+            row_bytes = len(data) + last_hn + ROW_OVERHEAD_BYTES
             values = [
                 qid_b,
                 bucket_b,
