@@ -251,12 +251,13 @@ def encode_plain_rows(
     bucket_size: int,
     enqueued_at: bytes,
     ttl: bytes,
+    query: str = "",
 ) -> Iterator[EncodedRows]:
     """``payloads`` (no headers, no delays) as ids ``first_id, first_id + 1, ...``: the
     statements of ``_INSERT`` bound to (queue id, bucket, id, payload, unset, unset,
     ``enqueued_at``, unset, ``ttl``), in batches cut as :func:`write_messages` cuts them (one
     bucket each, at most :data:`BATCH_MAX_ROWS` rows and :data:`BATCH_MAX_BYTES`, a row alone
-    past it). The bytes are the driver's encoding of the same values; each batch is built by
+    past it; ``query``: the statement's text, kept beside them). The bytes are the driver's encoding of the same values; each batch is built by
     a handful of calls whose loops over rows run in C (``struct``, ``bytes.join`` over
     ``zip``), no Python code per row."""
     n = len(payloads)
@@ -295,7 +296,7 @@ def encode_plain_rows(
                     zip(repeat(head, k), cuts, payloads[i:j], repeat(tail_row, k), strict=True)
                 )
             )
-            yield EncodedRows(bucket, i, j, cost[j] - cost[i], EncodedStatements(k, body))
+            yield EncodedRows(bucket, i, j, cost[j] - cost[i], EncodedStatements(k, body, query))
             i = j
 
 
@@ -316,7 +317,7 @@ def _write_plain(
     route: bytes = b""
     keyspace = None
     for rows in encode_plain_rows(
-        stmt.query_id, qid_b, first_id, payloads, queue.bucket_size, now_b, ttl_b
+        stmt.query_id, qid_b, first_id, payloads, queue.bucket_size, now_b, ttl_b, stmt.query_string
     ):
         if rows.bucket != bucket:
             # The bucket's partition, as the driver routes a bound row of it.

@@ -155,13 +155,14 @@ class EncodedStatements:
     as they are. They cannot be iterated as ``(prepared, id, values)``, so a session without
     that handler fails on them rather than sending something else."""
 
-    __slots__ = ("body", "count")
+    __slots__ = ("body", "count", "query")
 
-    def __init__(self, count: int, body: bytes):
+    def __init__(self, count: int, body: bytes, query: str = ""):
         if not 0 < count <= 0xFFFF:
             raise ValueError(f"a batch holds 1 to 65535 statements, not {count}")
         self.count = count
         self.body = body
+        self.query = query  # the prepared statement's text, for logs and counts
 
     def __len__(self) -> int:
         return self.count
