@@ -1,5 +1,5 @@
 """Batches of plain rows encoded by the write path (``encode_plain_rows``) are the bytes the
-driver sends for the same rows bound value by value, cut as the per-row path cuts them; a
+driver sends for the same rows bound value by value, in batches of one bucket within the plain rows' limits; a
 session without cassieq's encoding handler refuses them instead of sending something else."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from cassandra.protocol import BatchMessage, ProtocolHandler
 from cassandra.query import UNSET_VALUE, BatchType
 
 from cassieq_spark.engine.core.messages import (
-    BATCH_MAX_BYTES,
-    BATCH_MAX_ROWS,
+    PLAIN_BATCH_MAX_BYTES,
+    PLAIN_BATCH_MAX_ROWS,
     ROW_OVERHEAD_BYTES,
     encode_plain_rows,
 )
@@ -60,10 +60,10 @@ def _driver_bytes(bucket: int, first: int, payloads, protocol_version: int) -> b
 @pytest.mark.parametrize(
     "sizes, bucket_size",
     [
-        ([100] * 300, 1000),  # cut by row count
-        ([1024] * 90, 1000),  # cut by bytes
+        ([100] * 600, 1000),  # cut by row count
+        ([1024] * 300, 1000),  # cut by bytes
         ([10] * 50, 16),  # cut by buckets
-        ([0, 1, 70_000, 5, 24 * 1024], 1000),  # an empty payload, rows alone past the limit
+        ([0, 1, 200_000, 5, 128 * 1024], 1000),  # an empty payload, rows alone past the limit
     ],
     ids=["rows", "bytes", "buckets", "odd-sizes"],
 )
@@ -81,8 +81,8 @@ def test_encoded_batches_are_the_drivers_bytes(sizes, bucket_size, protocol_vers
         assert {i // bucket_size for i in ids} == {b.bucket}
         cost = sum(len(p) + ROW_OVERHEAD_BYTES for p in rows)
         assert b.nbytes == cost
-        assert len(rows) <= BATCH_MAX_ROWS
-        assert cost <= BATCH_MAX_BYTES or len(rows) == 1
+        assert len(rows) <= PLAIN_BATCH_MAX_ROWS
+        assert cost <= PLAIN_BATCH_MAX_BYTES or len(rows) == 1
         ours = BatchMessage(
             BatchType.UNLOGGED, b.statements, ConsistencyLevel.LOCAL_QUORUM, None, 42, None
         )
@@ -92,13 +92,12 @@ def test_encoded_batches_are_the_drivers_bytes(sizes, bucket_size, protocol_vers
 
 
 def test_batches_are_as_full_as_the_limits_allow():
-    """The same cuts as the per-row path: a batch ends only where the next row would pass a
-    limit or the bucket ends."""
-    payloads = _payloads([100] * 1000 + [1024] * 200)
+    """A batch ends only where the next row would pass a limit or the bucket ends."""
+    payloads = _payloads([100] * 1000 + [1024] * 600)
     batches = list(encode_plain_rows(QUERY_ID, QUEUE_ID, 0, payloads, 100_000, NOW, TTL))
     for b, nxt in pairwise(batches):
-        full = b.hi - b.lo == BATCH_MAX_ROWS
-        assert full or b.nbytes + len(payloads[nxt.lo]) + ROW_OVERHEAD_BYTES > BATCH_MAX_BYTES
+        full = b.hi - b.lo == PLAIN_BATCH_MAX_ROWS
+        assert full or b.nbytes + len(payloads[nxt.lo]) + ROW_OVERHEAD_BYTES > PLAIN_BATCH_MAX_BYTES
 
 
 def test_a_plain_session_refuses_encoded_statements():
