@@ -351,6 +351,7 @@ def write_messages(
     delays: Sequence[float] | None = None,
     enqueued_at: dt.datetime | None = None,
     pipeline: Pipeline | None = None,
+    encoded: bool = False,
 ) -> int:
     """Write ``payloads`` as ids ``first_id, first_id + 1, ...``. Upserts: rewriting is harmless.
 
@@ -362,6 +363,9 @@ def write_messages(
     This is the sink's hot path. Values are serialized here rather than by the driver's
     ``bind`` (which re-encodes the constant queue id, timestamp and TTL for every row); absent
     headers and delays are sent as *unset*, not null, which would write a tombstone per cell.
+
+    ``encoded``: rows without headers or delays go as :func:`encode_plain_rows` batches (the
+    sink's keyed writes ask for it; other callers keep the per-row path).
     """
     stmt = conn.prepare(_INSERT)
     query_id = stmt.query_id
@@ -386,7 +390,8 @@ def write_messages(
                 pipe.submit(bound)
             pipe.drain()
     if (
-        conn.encodes_batches
+        encoded
+        and conn.encodes_batches
         and (headers is None or not any(headers))
         and (delays is None or not any(delays))
     ):
