@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.core.messages import Message
+from cassieq_spark.engine.store.session import EncodedStatements
 
 T = TypeVar("T")
 
@@ -55,6 +56,8 @@ def statement_text(statement) -> str:
     if prepared is not None:
         return prepared.query_string
     inner = getattr(statement, "_statements_and_parameters", None)
+    if isinstance(inner, EncodedStatements):  # plain inserts, encoded by the write path
+        return inner.query
     if inner is not None:  # a BatchStatement: conditional if any member is
         return " ".join(statement_text(s) if not isinstance(s, tuple) else str(s[1]) for s in inner)
     return getattr(statement, "query_string", "")

@@ -7,7 +7,10 @@ partition, ``write`` of a sink task) -- runs under ``cProfile`` and leaves, in t
 named by the environment variable ``CASSIEQ_PROF_DIR`` (inherited by Spark's Python
 processes in local mode):
 
-- ``phases.jsonl``: one line per call: phase, pid, start (epoch s), seconds, rows;
+- ``phases.jsonl``: one line per call: phase, pid, start (epoch s), seconds, rows, and the CPU
+  seconds it took (``cpu_thread``: the calling thread, where all our Python runs;
+  ``cpu_process``: the whole process, the driver's I/O thread included). On a machine shared
+  with other work the wall-clock split stretches with the load, the CPU seconds much less;
 - ``<phase>-<pid>-<n>.prof``: its cProfile stats (``pstats`` format).
 
 A partition's ``read`` is drained inside the profile (its Arrow batches are kept in memory and
@@ -46,12 +49,14 @@ def _record(phase: str, fn: Callable[[], T], rows: Callable[[T], int] | None = N
     prof = cProfile.Profile()
     start = time.time()
     t0 = time.perf_counter()
+    c0, p0 = time.thread_time(), time.process_time()
     prof.enable()
     try:
         result = fn()
     finally:
         prof.disable()
     seconds = time.perf_counter() - t0
+    cpu_thread, cpu_process = time.thread_time() - c0, time.process_time() - p0
     pid = os.getpid()
     prof.dump_stats(os.path.join(out_dir, f"{phase}-{pid}-{next(_seq)}.prof"))
     line = {
@@ -59,6 +64,8 @@ def _record(phase: str, fn: Callable[[], T], rows: Callable[[T], int] | None = N
         "pid": pid,
         "start": start,
         "seconds": seconds,
+        "cpu_thread": cpu_thread,
+        "cpu_process": cpu_process,
         "rows": rows(result) if rows is not None else None,
     }
     with open(os.path.join(out_dir, "phases.jsonl"), "a", encoding="utf-8") as f:

@@ -44,6 +44,11 @@ class Phases:
     def seconds(self, phase: str) -> float:
         return sum(c["seconds"] for c in self.calls.get(phase, []))
 
+    def cpu(self, phase: str, which: str = "cpu_thread") -> float:
+        """CPU seconds of the phase's calls (``cpu_thread`` or ``cpu_process``); 0 for
+        records made before they were kept."""
+        return sum(c.get(which) or 0.0 for c in self.calls.get(phase, []))
+
     def count(self, phase: str) -> int:
         return len(self.calls.get(phase, []))
 

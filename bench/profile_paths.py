@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from cassieq_spark import QueueClient
+from cassieq_spark.engine.store.session import EncodedStatements
 
 from .common import BenchConfig
 from .engine import LWT_CONDITION, CountingSession, Reference, receipt_of, statement_text
@@ -80,7 +81,9 @@ def _label(statement, prepared: dict) -> str:
         return statement_text(statement)
     named = getattr(statement, "query_string", None)
     first = ""
-    if inner:
+    if isinstance(inner, EncodedStatements):
+        first = inner.query
+    elif inner:
         is_prepared, member = inner[0][0], inner[0][1]
         if not is_prepared:
             first = str(member)

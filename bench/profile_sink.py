@@ -98,6 +98,11 @@ def report(cfg, n: int, size: int, wall: float, progress, plain, ph, prof_dir: s
         f"first write's start to last write's end {window:.3f} s = {100 * window / add:.0f}% of "
         f"addBatch; outside it (task launch, the job's start and commit): {add - window:.3f} s",
         f"per task slot: {n / max(1e-9, w):,.0f} rows/s of write() time",
+        f"CPU of write(), summed over the tasks: {ph.cpu('write'):.3f} s in the task's thread "
+        f"({1e6 * ph.cpu('write') / n:.1f} us a row; all our Python runs there), "
+        f"{ph.cpu('write', 'cpu_process'):.3f} s in its process "
+        f"({1e6 * ph.cpu('write', 'cpu_process') / n:.1f} us a row; with the driver's I/O "
+        f"thread); {100 * ph.cpu('write') / max(1e-9, w):.0f}% of write()'s wall time",
         "",
         prof_stats.phase_report(prof_dir, "write", 25),
     ]

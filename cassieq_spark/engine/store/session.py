@@ -7,7 +7,9 @@ the connection settings saves a connect (hundreds of ms) per task.
 from __future__ import annotations
 
 import atexit
+import io
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -35,8 +37,14 @@ from cassandra.policies import (
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
-from cassandra.protocol import OverloadedErrorMessage
-from cassandra.query import BatchStatement, BoundStatement, PreparedStatement, tuple_factory
+from cassandra.protocol import BatchMessage, OverloadedErrorMessage
+from cassandra.query import (
+    BatchStatement,
+    BatchType,
+    BoundStatement,
+    PreparedStatement,
+    tuple_factory,
+)
 
 from ...config import ConnectionConfig, check_cluster
 from ...errors import CassandraUnavailableError, ConfigError, ConnectionFailedError
@@ -141,12 +149,111 @@ def _was_applied(rs) -> bool:
     return bool(rs.was_applied)
 
 
+# -- batches encoded by the caller ------------------------------------------------------------
+
+
+class EncodedStatements:
+    """The statements of a batch, already in the native protocol's encoding: ``count``
+    statements, each ``[byte 1][short id length][prepared id][short n][n values]`` (protocol v3
+    and later), one after the other in ``body``. A writer of many rows of one prepared
+    statement builds them in a few C-level calls per batch (``core/messages.py``) where the
+    driver would encode every value of every row in turn; :func:`encoding_handler` sends them
+    as they are. They cannot be iterated as ``(prepared, id, values)``, so a session without
+    that handler fails on them rather than sending something else."""
+
+    __slots__ = ("body", "count", "query")
+
+    def __init__(self, count: int, body: bytes, query: str = ""):
+        if not 0 < count <= 0xFFFF:
+            raise ValueError(f"a batch holds 1 to 65535 statements, not {count}")
+        self.count = count
+        self.body = body
+        self.query = query  # the prepared statement's text, for logs and counts
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        raise TypeError(
+            "an encoded batch is sent only through a session with cassieq's encoding handler "
+            "(Connection.encodes_batches)"
+        )
+
+
+class EncodedBatch(BatchStatement):
+    """An unlogged batch of :class:`EncodedStatements`, routed by ``routing_key`` (the
+    partition's key as the driver builds it, ``BoundStatement.routing_key``) in ``keyspace``."""
+
+    def __init__(self, statements: EncodedStatements, routing_key: bytes, keyspace: str | None):
+        super().__init__(batch_type=BatchType.UNLOGGED)
+        self._statements_and_parameters = statements
+        self.routing_key = routing_key
+        self.keyspace = keyspace
+
+
+_SHORT = struct.Struct(">H")
+
+
+class _EncodedBatchMessage(BatchMessage):
+    """A BATCH whose statements are :class:`EncodedStatements`: the driver's own encoding of
+    everything around them (type, consistency, flags, timestamp, keyspace), the statements'
+    bytes as they are."""
+
+    def send_body(self, f, protocol_version):
+        rest = io.BytesIO()
+        BatchMessage(
+            self.batch_type,
+            (),
+            self.consistency_level,
+            self.serial_consistency_level,
+            self.timestamp,
+            self.keyspace,
+        ).send_body(rest, protocol_version)
+        around = rest.getvalue()  # [type][short 0][consistency, flags, ...]
+        f.write(around[:1])
+        f.write(_SHORT.pack(self.queries.count))
+        f.write(self.queries.body)
+        f.write(around[3:])
+
+
+def encoding_handler(base: type) -> type:
+    """The protocol handler ``base`` (a session's ``client_protocol_handler``), also sending
+    batches of :class:`EncodedStatements`; every other message is encoded by ``base``."""
+
+    class EncodingHandler(base):
+        @classmethod
+        def encode_message(
+            cls, msg, stream_id, protocol_version, compressor, allow_beta_protocol_version
+        ):
+            if isinstance(msg, BatchMessage) and isinstance(msg.queries, EncodedStatements):
+                encoded = _EncodedBatchMessage(
+                    msg.batch_type,
+                    msg.queries,
+                    msg.consistency_level,
+                    msg.serial_consistency_level,
+                    msg.timestamp,
+                    msg.keyspace,
+                )
+                encoded.custom_payload = msg.custom_payload
+                encoded.tracing = msg.tracing
+                msg = encoded
+            return super().encode_message(
+                msg, stream_id, protocol_version, compressor, allow_beta_protocol_version
+            )
+
+    EncodingHandler.__name__ = f"Encoding{base.__name__}"
+    return EncodingHandler
+
+
 class Connection:
     """One cluster connection: a driver ``Session`` plus a prepared-statement cache.
 
     Every statement goes through :meth:`execute`, :meth:`execute_async` or :meth:`cas`, the
     seam where tests inject lost replies and retries (``engine/store/faults.py``).
     """
+
+    # True when its session sends EncodedBatch (its own session, see encoding_handler).
+    encodes_batches: bool = False
 
     def __init__(
         self,
@@ -245,6 +352,12 @@ class Connection:
                 f"cannot reach Cassandra at {config.describe()}: {exc}; check contactPoints/port"
             ) from exc
         self.keyspace = config.keyspace
+        # Writers of many rows hand batches over encoded (EncodedBatch); only this
+        # connection's own session sends them.
+        self.session.client_protocol_handler = encoding_handler(
+            self.session.client_protocol_handler
+        )
+        self.encodes_batches = True
         try:
             check_cluster(config, self.cluster.metadata)  # LOCAL_* levels across data centers
         except Exception:
@@ -263,6 +376,7 @@ class Connection:
         if session.is_shutdown:
             raise ConfigError("the session given is shut down: give a connected session")
         self.owns_cluster = False
+        self.encodes_batches = False  # a caller's session keeps its protocol handler
         self.cluster = session.cluster
         self.session = session
         self.keyspace = self.config.keyspace

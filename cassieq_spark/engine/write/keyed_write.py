@@ -241,6 +241,7 @@ class KeyedWrite:
                 placed=self.placed,
                 pipeline=self.pipe,
                 rewrite_mismatch=self.rewrite_mismatch,
+                encoded=True,
             )
         except ReplayMismatchError as exc:
             raise ReplayMismatchError(

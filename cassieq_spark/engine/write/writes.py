@@ -208,6 +208,7 @@ def place(
     check_content: bool = True,
     rewrite_mismatch: bool = False,
     key_ttl: int | None = None,
+    encoded: bool = False,
 ) -> Placed:
     """Write ``rows`` into the block ``key`` names (a new one without a key), unless an earlier
     attempt wrote them already; accumulates into ``placed``. Its blocks must be settled
@@ -262,7 +263,14 @@ def place(
         placed.written += len(rows)
         faults.point("writes.before_write", queue=queue, res=res)
         write_messages(
-            conn, queue, res.lo, rows.payloads, rows.headers, rows.delays, pipeline=pipeline
+            conn,
+            queue,
+            res.lo,
+            rows.payloads,
+            rows.headers,
+            rows.delays,
+            pipeline=pipeline,
+            encoded=encoded,
         )
         break
     else:
