@@ -76,7 +76,12 @@ def _lookup() -> suspend.Suspender | None:
     return getattr(getcurrent(), "suspender", None)
 
 
-suspend.install(_lookup)
+def _operation() -> _Operation | None:
+    current = getcurrent()
+    return current if isinstance(current, _Operation) else None
+
+
+suspend.install(_lookup, _operation)
 
 
 def _driver_done(loop: asyncio.AbstractEventLoop, future: Any) -> asyncio.Future[None]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from ..engine.store.suspend import CallLocal
 from ..extras import require
 
 P = ParamSpec("P")
@@ -57,11 +58,9 @@ _enabled: ClientMetrics | None = None
 _by_registry: dict[int, ClientMetrics] = {}
 
 
-class _Depth(threading.local):
-    active = False  # inside a timed call on this thread: nested calls are not counted again
-
-
-_depth = _Depth()
+# Inside a timed call (per call: per thread, or per operation under the asyncio client, where
+# many share one thread): nested calls are not counted again.
+_depth = CallLocal()
 _lock = threading.Lock()
 
 
@@ -98,9 +97,10 @@ def timed(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> R:
             metrics = _enabled
-            if metrics is None or _depth.active:
+            depth = _depth.get()
+            if metrics is None or depth.get("active"):
                 return fn(*args, **kwargs)
-            _depth.active = True
+            depth["active"] = True
             t0 = time.perf_counter()
             ok = False
             try:
@@ -108,7 +108,7 @@ def timed(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                 ok = True
                 return result
             finally:
-                _depth.active = False
+                depth["active"] = False
                 metrics.observe(operation, time.perf_counter() - t0, ok)
 
         return inner

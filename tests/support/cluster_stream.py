@@ -140,12 +140,35 @@ def committed_rate_rows(sink: Any) -> int:
     return sum(p["numInputRows"] for p in sink.recentProgress)
 
 
-def live_rows(client: QueueClient, queue: str) -> dict[int, str]:
-    """The queue's live messages by id, read from its rows (not from the counters)."""
+# A sink query's ``stop()`` returns once its stream thread ended and its job was cancelled, but
+# a task's Python worker is killed only ``spark.python.task.killTimeout`` (2 s) later: a write
+# under way can still close its block after ``stop()``. A count taken at once misses it.
+SETTLE_S = 4.0
+
+
+def _read_live(client: QueueClient, queue: str) -> dict[int, str]:
     info = client.get_queue(queue)
     next_id = monoton.horizon(client.conn, info, 0).next_id
     rows = read_range(client.conn, info, 0, next_id, "id, dead, payload")
     return {r.id: bytes(r.payload).decode() for r in rows if not r.dead}
+
+
+def live_rows(client: QueueClient, queue: str, timeout: float = 60.0) -> dict[int, str]:
+    """The queue's live messages by id, read from its rows (not from the counters), once two
+    reads ``SETTLE_S`` apart agree: a just-stopped sink may still be finishing a write."""
+    deadline = time.monotonic() + timeout
+    rows = _read_live(client, queue)
+    while True:
+        time.sleep(SETTLE_S)
+        again = _read_live(client, queue)
+        if again == rows:
+            return rows
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"queue {queue!r} still grows {timeout:.0f} s after its writers stopped: "
+                f"{len(rows)} then {len(again)} live rows"
+            )
+        rows = again
 
 
 def assert_stream_accounted(

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -58,7 +57,7 @@ from ..core.messages import (
 )
 from ..core.queues import QueueInfo
 from ..core.receipts import PopReceipt
-from ..store import faults
+from ..store import faults, suspend
 from ..store.session import Connection
 from ..stream.lease import stream_busy
 from ..upkeep.ranges import record_skipped
@@ -270,7 +269,7 @@ class Reader:
         self.caches: dict[uuid.UUID, ReaderCache] = {}
         self._marked: set = set()
         self.heads = GroupHeads(conn)
-        self._ahead = threading.local()  # this thread's call: queue_id -> Ahead
+        self._ahead = suspend.CallLocal()  # the current call: queue_id -> Ahead
 
     # -- reads and writes sent ahead ----------------------------------------------------------
 
@@ -317,10 +316,7 @@ class Reader:
         self._calls().pop(queue.queue_id, None)
 
     def _calls(self) -> dict:
-        calls = getattr(self._ahead, "calls", None)
-        if calls is None:
-            calls = self._ahead.calls = {}
-        return calls
+        return self._ahead.get()
 
     def _stretch(self, queue: QueueInfo, lo: int, hi: int) -> list:
         """The scan columns of ``[lo, hi)``: the stretch read ahead if it is this one."""

@@ -17,7 +17,6 @@ it is read again at every look, and its slot stays unresolved while it is fresh.
 from __future__ import annotations
 
 import math
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from ..core.buckets import bucket_of
 from ..core.clock import TIMER_SETTLE_SLOTS, timer_slot, to_epoch
 from ..core.messages import MOVED_DLQ, Message, is_expired
 from ..core.queues import QueueInfo
+from ..store import suspend
 from ..store.session import Connection
 from ..upkeep import deadletter
 
@@ -62,7 +62,7 @@ class TimerPath:
         # the stored one (it only moves forward), where a get's read of the due slots may
         # start before the pointers are read (:meth:`read_ahead`).
         self._pointer_seen: dict = {}
-        self._ahead = threading.local()  # this thread's call: queue_id -> (from, to, future)
+        self._ahead = suspend.CallLocal()  # the current call: queue_id -> (from, to, future)
 
     def _keeps(self, queue: QueueInfo, now: float) -> bool:
         cached = self._keeps_cache.get(queue.queue_id)
@@ -89,10 +89,7 @@ class TimerPath:
         self._calls().pop(queue.queue_id, None)
 
     def _calls(self) -> dict:
-        calls = getattr(self._ahead, "calls", None)
-        if calls is None:
-            calls = self._ahead.calls = {}
-        return calls
+        return self._ahead.get()
 
     def _due_slots(self, queue: QueueInfo, from_slot: int, to_slot: int) -> list[int]:
         ahead = self._calls().pop(queue.queue_id, None)
