@@ -120,7 +120,17 @@ def _run(
         )
         text = head + "\n" + text
         path = out_dir / f"profile-{stamp}-{name}.txt"
-        path.write_text(text)
+        # Runs started in the same second (several at once) each keep their own file: created
+        # exclusively, the next free suffix otherwise.
+        k = 2
+        while True:
+            try:
+                with open(path, "x") as f:
+                    f.write(text)
+                break
+            except FileExistsError:
+                path = out_dir / f"profile-{stamp}-{name}-{k}.txt"
+                k += 1
         print(text)
         written.append(str(path))
     if spark is not None:

@@ -50,6 +50,9 @@ class CassieQPartition(InputPartition):
     max_batch_attempts: int = 0
     drop_allowed: bool = False
     replay: bool = False  # stream batches: read by a run that did not plan them (a replay)
+    # id-path partitions of a stream batch read by the run that planned it: that run, whose
+    # ack uses the tally the task records of its read (engine/stream/tally.py); "": none
+    tally_run: str = ""
 
     def overlapping(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
         return tuple(r for r in self.excluded if r[0] < hi and r[1] > lo)

@@ -25,6 +25,7 @@ from ..engine.core.queues import QueueInfo
 from ..engine.store.session import Connection, shared_connection
 from ..engine.stream import columns
 from ..engine.stream import deliveries as stream_deliveries
+from ..engine.stream.tally import TallyRecorder
 from .partition import KIND_EMPTY, KIND_IDS, KIND_SNAPSHOT, KIND_TIMERS, CassieQPartition
 from .schema import SOURCE_SCHEMA
 
@@ -119,5 +120,19 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, CassieQPartition):
         raise TypeError(f"not a cassieq partition: {partition!r}")
     conn = shared_connection(connection_from_options(dict(partition.connection)))
+    recorder = None
+    if partition.kind == KIND_IDS and partition.tally_run:
+        recorder = TallyRecorder(
+            uuid.UUID(partition.queue_id),
+            partition.tally_run,
+            partition.end_ts,
+            partition.lo,
+            partition.hi,
+        )
     for page in _deliveries(conn, partition):
+        if recorder is not None:
+            recorder.add(page.rows)
         yield to_batch(page, partition.queue, partition.queue_id, partition.bucket_size)
+    # Only once every page was handed on: a task that stopped early records nothing.
+    if recorder is not None:
+        recorder.record(conn)

@@ -33,7 +33,7 @@ class QueueStream:
         self.queue = queue
         self.settings = settings
         self.run = run  # names this run of the query in the delivery counts
-        self.consumer = StreamConsumer(conn, queue, owner, settings.lease_timeout)
+        self.consumer = StreamConsumer(conn, queue, owner, settings.lease_timeout, run)
 
     @property
     def name(self) -> str:
@@ -157,6 +157,7 @@ class QueueStream:
             "end_ts": e.ts,
             "replay": batch.replay,
         }
+        tally_run = "" if batch.replay else self.run
         if self.settings.count_deliveries:
             base.update(
                 run=self.run,
@@ -175,7 +176,11 @@ class QueueStream:
             ):
                 mine = tuple(r for r in batch.excluded if r[0] < phi and r[1] > plo)
                 if subtract(plo, phi, mine) > 0:
-                    out.append(CassieQPartition(KIND_IDS, lo=plo, hi=phi, excluded=mine, **base))
+                    out.append(
+                        CassieQPartition(
+                            KIND_IDS, lo=plo, hi=phi, excluded=mine, tally_run=tally_run, **base
+                        )
+                    )
         for chunk in chunks(batch.timer_ids):
             mine = tuple(r for r in batch.timer_excluded if r[0] <= chunk[-1] and r[1] > chunk[0])
             out.append(CassieQPartition(KIND_TIMERS, ids=chunk, excluded=mine, **base))

@@ -1,4 +1,4 @@
-"""Message groups are the schema version after the service's: ``bootstrap`` adds the ``grp``
+"""Message groups came in the schema version after the service's: ``bootstrap`` adds the ``grp``
 column and the ``group_heads`` table to a keyspace the previous version made, keeping its
 queues and messages, and the messages put before the migration are delivered as ungrouped."""
 
@@ -10,8 +10,8 @@ from cassieq_spark.engine.store import schema
 
 def test_bootstrap_migrates_the_previous_version_s_keyspace_to_message_groups(cassandra, keyspace):
     session = cassandra.session()
-    previous = max(v for v in schema.MIGRATIONS if v < schema.SCHEMA_VERSION)
-    assert schema.MIGRATIONS[schema.SCHEMA_VERSION] == schema.GROUPS_MIGRATION
+    groups = next(v for v, m in schema.MIGRATIONS.items() if m == schema.GROUPS_MIGRATION)
+    previous = max(v for v in schema.MIGRATIONS if v < groups)
     for version in sorted(v for v in schema.MIGRATIONS if v <= previous):
         for statement in schema.MIGRATIONS[version]:  # what the previous bootstrap applied
             session.execute(statement.replace("{ks}.", f"{keyspace}."))

@@ -399,10 +399,10 @@ class Statements:
 
 
 def test_ack_reads_only_delayed_rows_and_planning_is_windowed(queue_client, queue_name, drivers):
-    """Old code (verified): commit re-read every row of the batch on the driver (an unfiltered
-    range read of 252 rows per ack), and with maxMessagesPerTrigger latestOffset still read
-    every reservation of the backlog (no upper bound on `lo`). Now plain messages are counted
-    by Cassandra, only the delayed ones come back, and planning looks a few batches ahead."""
+    """The ack reads no range of messages: every partition was read whole, so the tasks'
+    tallies (one read) give the plain messages' count and the two delayed ones, which alone
+    are read again, by id. With maxMessagesPerTrigger, planning reads the reservations of a
+    few batches ahead, not the whole backlog."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     queue_client.create_queue(queue_name, bucket_size=100)
@@ -423,10 +423,72 @@ def test_ack_reads_only_delayed_rows_and_planning_is_windowed(queue_client, queu
     acking = rec.take()
     horizon = [c for c in planning if ".monoton WHERE" in c and "lo >= ?" in c]
     assert horizon and all("lo < ?" in c for c in horizon)
-    message_reads = [c for c in acking if ".messages WHERE" in c and "id >= ?" in c]
-    assert message_reads and all("COUNT(*)" in c or "ALLOW FILTERING" in c for c in message_reads)
+    range_reads = [c for c in acking if ".messages WHERE" in c and "id >= ?" in c]
+    assert not range_reads, range_reads
+    assert len([c for c in acking if ".stream_tallies WHERE" in c]) == 1
+    by_id = [c for c in acking if ".messages WHERE" in c and "id = ?" in c]
+    assert len(by_id) == len(delayed), acking
     st = queue_client.stats(queue_name)
     assert st["acked"] == 252 and st["reader_pointer"] == 252
+    assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
+
+
+def test_ack_scans_only_what_no_task_read_whole(queue_client, queue_name, drivers, cassandra):
+    """Three partitions (one per bucket): the first read whole, the second stopped after its
+    first page, the third never read. The ack takes the first's count from its tally, with no
+    read of its rows: its rows are deleted after the read and still count; the two others are
+    scanned and count the rows they hold. The tally of a read that stopped early is never
+    written."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    queue_client.put_many(queue_name, [b"p"] * 300)
+    d = drivers(queue_name, consumerId="tally-gaps", minIdsPerPartition=1)
+    s = d.start()
+    end = d.plan()
+    parts = d.reader.partitions(s, end)
+    assert [(p.lo, p.hi) for p in parts] == [(0, 100), (100, 200), (200, 300)]
+    assert sum(b.num_rows for b in d.reader.read(parts[0])) == 100
+    pages = iter(d.reader.read(parts[1]))
+    assert next(pages).num_rows > 0
+    pages.close()  # the task stopped early (a limit downstream): no tally
+    info = queue_client.get_queue(queue_name)
+    session = cassandra.session()
+    ks = queue_client.config.keyspace
+    session.execute(
+        f"DELETE FROM {ks}.messages WHERE queue_id = %s AND bucket = 0", (info.queue_id,)
+    )
+    session.execute(
+        f"DELETE FROM {ks}.messages WHERE queue_id = %s AND bucket = 2 AND id >= 250",
+        (info.queue_id,),
+    )
+    rec = Statements()
+    d.offset = end
+    d.commit()
+    acking = rec.take()
+    faults.reset()
+    assert len([c for c in acking if "COUNT(*)" in c]) == 1, acking  # buckets 1 and 2, one scan
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 100 + 100 + 50 and st["reader_pointer"] == 300, st
+
+
+def test_ack_scans_when_the_tally_was_not_written(queue_client, queue_name, drivers):
+    """Every tally write times out (the task goes on: a tally is a hint), then the tallies'
+    read does too: the ack scans the batch and counts it exactly, and nothing fails."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    ids = queue_client.put_many(queue_name, [b"p"] * 250)
+    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
+    time.sleep(1.2)
+    d = drivers(queue_name, consumerId="tally-lost")
+    s = d.start()
+    end = d.plan()
+    faults.inject(faults.TIMEOUT_BEFORE, lambda cql: "stream_tallies" in cql, times=None)
+    try:
+        assert d.read(s, end) == ids + delayed
+        d.offset = end
+        d.commit()
+    finally:
+        faults.reset()
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 252 and st["reader_pointer"] == 252, st
     assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
 
 

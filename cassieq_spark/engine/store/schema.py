@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -68,6 +68,23 @@ GROUPS_MIGRATION: list[str] = [
         done bigint,
         PRIMARY KEY (queue_id, grp))
         WITH default_time_to_live = 1209600""",
+]
+
+# Tallies of a stream batch's reads (see engine/stream/tally.py): per task that read an id-path
+# range whole, how many plain messages it delivered and the ids of the others, so the ack of the
+# batch reads one partition instead of scanning the batch's rows. Hints with a short TTL.
+STREAM_TALLIES_TTL_SECONDS = 3600
+STREAM_TALLIES_MIGRATION: list[str] = [
+    f"""CREATE TABLE IF NOT EXISTS {{ks}}.stream_tallies (
+        queue_id uuid,
+        run text,
+        end_ts bigint,
+        lo bigint,
+        hi bigint,
+        plain int,
+        others list<bigint>,
+        PRIMARY KEY ((queue_id, run, end_ts), lo))
+        WITH default_time_to_live = {STREAM_TALLIES_TTL_SECONDS}""",
 ]
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
@@ -209,6 +226,8 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # Message groups: ordered delivery per key, one message of a group in flight at a time.
     10: GROUPS_MIGRATION,
+    # Stream batch read tallies: acks that do not scan the batch's rows.
+    11: STREAM_TALLIES_MIGRATION,
 }
 
 

@@ -1,10 +1,12 @@
 """Acking a committed stream batch: what it delivered, nothing else.
 
 Plain messages (never delayed, never delivered to a client) are acked by the reader pointer
-moving past them: one fenced compare-and-set per batch, no per-message write. Cassandra counts
-them; only rows that were delayed or delivered to a client come back to the driver, so its work
-follows those, not the batch size. Each of those, and each timer-path delivery,
-gets ``acked = true``.
+moving past them: one fenced compare-and-set per batch, no per-message write. How many there
+were, and which other messages the id path delivered, comes from the tallies the batch's tasks
+recorded (``tally.py``: one read for the whole batch); only the parts of the id path no tally
+covers are scanned, where Cassandra counts the rows and returns only those that were delayed or
+delivered to a client. So the driver's work, and Cassandra's, follows those messages, not the
+batch size. Each of those, and each timer-path delivery, gets ``acked = true``.
 
 A row counts as delivered when it passes the reading rule (``read.py``) *and* its
 delivery state (``invisible_until``, written only by compare-and-sets, hence stamped with
@@ -42,6 +44,7 @@ from ..core.counters import Counters
 from ..core.messages import read_range, remaining_ttl
 from ..core.queues import QueueInfo
 from ..store.session import Connection
+from . import tally
 from .lease import Lease
 from .read import (
     READ_WINDOW,
@@ -49,6 +52,7 @@ from .read import (
     due_ms,
     id_path_delivers,
     is_message,
+    read_rows_by_id,
     skipped_overlapping,
     slot_of,
     timer_path_delivers,
@@ -120,12 +124,18 @@ class BatchAck:
     """Acks committed batches of one stream run (see the module's docstring)."""
 
     def __init__(
-        self, conn: Connection, queue: QueueInfo, lease: Lease, candidates: TimerCandidates
+        self,
+        conn: Connection,
+        queue: QueueInfo,
+        lease: Lease,
+        candidates: TimerCandidates,
+        run: str = "",
     ):
         self.conn = conn
         self.queue = queue
         self.lease = lease
         self.candidates = candidates
+        self.run = run  # the run whose tasks' tallies the acks use ("": none, scan)
 
     def ack(
         self, end_id: int, end_ts: int, scan_from: int | None = None, from_id: int | None = None
@@ -143,7 +153,7 @@ class BatchAck:
         own = prev >= lo  # may the pointer move over [prev, end_id)?
         ttls: dict[int, int] = {}  # id -> TTL of its ack (what is left of the message's)
         if own:
-            plain, to_mark = self._id_path_acks(prev, end_id, end_ts, ttls)
+            plain, to_mark = self._id_path_acks(lo, prev, end_id, end_ts, ttls)
             below = min(prev, end_id)
         else:
             plain, to_mark = 0, self._delivered_in(min(lo, end_id), end_id, end_ts, ttls)
@@ -192,21 +202,49 @@ class BatchAck:
         return remaining_ttl(row, self.queue, clock.now())
 
     def _id_path_acks(
-        self, lo: int, hi: int, end_ts: int, ttls: dict[int, int]
+        self, from_id: int, lo: int, hi: int, end_ts: int, ttls: dict[int, int]
     ) -> tuple[int, dict[int, int]]:
         """How many plain messages of ``[lo, hi)`` moving the reader pointer acks, and which
         other ones to mark acked (id -> timer slot; their acks' TTLs go to ``ttls``).
 
-        Cassandra counts the rows and filters out the plain ones, a run of buckets per
-        statement, so the driver sends a few statements per batch and receives only the rows
+        The tallies of the batch (id path from ``from_id``) give both for the ranges they
+        cover, with one read; the rest is scanned: Cassandra counts the rows and filters out
+        the plain ones, a run of buckets per statement, so the driver receives only the rows
         that were delayed or delivered to a client."""
         plain = 0
         to_mark: dict[int, int] = {}
         if hi <= lo:
             return plain, to_mark
-        excluded = skipped_overlapping(self.conn, self.queue, lo, hi)
-        scans = _scans(lo, hi, excluded, self.queue.bucket_size)
         special: dict[int, Any] = {}  # driver rows
+        gaps = [(lo, hi)]
+        if self.run:
+            found = tally.read_tallies(
+                self.conn, self.queue.queue_id, self.run, end_ts, from_id, hi
+            )
+            used, gaps = tally.cover(lo, hi, found)
+            plain += sum(t.plain for t in used)
+            others = tally.others_of(used)
+            if others:
+                for row in read_rows_by_id(self.conn, self.queue, others, STATE_COLUMNS):
+                    special[row.id] = row
+        if gaps:
+            plain += self._scan_gaps(gaps, special)
+        for row in special.values():
+            if row.acked or row.dead or not is_message(row):
+                continue
+            if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
+                to_mark[row.id] = slot_of(due_ms(row))
+                ttls[row.id] = self._ttl(row)
+        return plain, to_mark
+
+    def _scan_gaps(self, gaps: Sequence[tuple[int, int]], special: dict[int, Any]) -> int:
+        """The plain rows of ``gaps`` (Cassandra counts them); the others go to ``special``."""
+        excluded = skipped_overlapping(self.conn, self.queue, gaps[0][0], gaps[-1][1])
+        scans = [
+            scan for glo, ghi in gaps for scan in _scans(glo, ghi, excluded, self.queue.bucket_size)
+        ]
+        counted = 0
+        found: dict[int, Any] = {}
         for i in range(0, len(scans), SCANS_IN_FLIGHT):
             counts, filtered = [], []
             for buckets, slo, shi in scans[i : i + SCANS_IN_FLIGHT]:
@@ -216,16 +254,10 @@ class BatchAck:
                     filtered.append(self.conn.execute_async(_SPECIAL % cond, (*key, *extra)))
             for f in filtered:
                 for row in f.result():
-                    special[row.id] = row
-            plain += sum(f.result().one().n for f in counts)
-        plain -= len(special)
-        for row in special.values():
-            if row.acked or row.dead or not is_message(row):
-                continue
-            if due_ms(row) <= end_ts and unchanged_since(row, end_ts):
-                to_mark[row.id] = slot_of(due_ms(row))
-                ttls[row.id] = self._ttl(row)
-        return plain, to_mark
+                    found[row.id] = row
+            counted += sum(f.result().one().n for f in counts)
+        special.update(found)
+        return counted - len(found)
 
     def _delivered_in(self, lo: int, hi: int, end_ts: int, ttls: dict[int, int]) -> dict[int, int]:
         """Every message the id path ``[lo, hi)`` of a batch at ``end_ts`` delivered (id ->

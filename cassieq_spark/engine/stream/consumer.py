@@ -104,13 +104,17 @@ class Batch:
 class StreamConsumer:
     """Planning and acking for one run of a streaming consumer on one queue incarnation."""
 
-    def __init__(self, conn: Connection, queue: QueueInfo, owner: str, lease_timeout: float):
+    def __init__(
+        self, conn: Connection, queue: QueueInfo, owner: str, lease_timeout: float, run: str = ""
+    ):
+        """``run`` names this run when its batches' tasks record tallies (``tally.py``) for
+        its acks to use; "" acks by scanning."""
         self.conn = conn
         self.queue = queue
         self.clock = ClusterClock(conn)
         self.lease = Lease(conn, queue, owner, lease_timeout, self.clock)
         self.timers = TimerCandidates(conn, queue)
-        self._acks = BatchAck(conn, queue, self.lease, self.timers)
+        self._acks = BatchAck(conn, queue, self.lease, self.timers, run)
         self.target: Position | None = None  # where this run ends, if it does
         # Abandoned reservations this run handed to repair; only those above the last start
         # can come up again, so the set is pruned as the stream moves.
