@@ -19,15 +19,18 @@ same whatever the batch size.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import statistics
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 from cassieq_spark.engine.core import pointers
 from cassieq_spark.engine.core.queues import get_queue
 from cassieq_spark.engine.stream import columns
-from cassieq_spark.engine.stream.consumer import StreamConsumer
+from cassieq_spark.engine.stream.consumer import Position, StreamConsumer
 from cassieq_spark.engine.stream.tally import TallyRecorder
 from cassieq_spark.spark.partition import plan_ranges
 
@@ -63,7 +66,11 @@ def ack_once(c, n: int, size: int, way: str) -> float:
         info = get_queue(c.conn, queue)
         run = uuid.uuid4().hex[:16] if way == "tally" else ""
         stream = StreamConsumer(c.conn, info, f"bench:{queue}", 30.0, run)
-        end = stream.plan(stream.initial()).end
+        # As in a running query: the batches before this one were acked up to now, so the
+        # timer path's pointer is recent (a first batch would also look at every timer slot
+        # since the queue was made, which grows with the time the fill took).
+        first = stream.initial()
+        end = stream.plan(Position(first.from_id, first.id, stream.clock.now_ms())).end
         if end is None or end.id - end.from_id != n:
             raise RuntimeError(f"{queue}: planned {end}, expected a batch of {n} ids")
         if read_batch(c, info, run, end) != n:
@@ -100,16 +107,32 @@ def main(argv: list[str] | None = None) -> int:
                 for way in ways:
                     ms[(way, n)].append(1000 * ack_once(c, n, args.size, way))
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"ack of one batch of plain {args.size} B messages (load average now {load})")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    lines = [
+        f"# ack of one batch of plain {args.size} B messages [commit {commit}, "
+        f"{os.cpu_count()} cores, Cassandra {cfg.contact_points}:{cfg.port} (one node, same "
+        f"machine), {args.repeats} repeats, load average at the end {load}]"
+    ]
     for (way, n), v in ms.items():
-        print(
+        lines.append(
             f"{way:5s} ack of {n:>7,}: median {statistics.median(v):8.1f} ms "
             f"(min {min(v):.1f}, max {max(v):.1f})"
         )
     lo, hi = min(sizes), max(sizes)
     for way in ways:
         ratio = statistics.median(ms[(way, hi)]) / statistics.median(ms[(way, lo)])
-        print(f"{way:5s} ack of {hi:,} / ack of {lo:,}: {ratio:.2f}x (goal: 1.0x within noise)")
+        lines.append(
+            f"{way:5s} ack of {hi:,} / ack of {lo:,}: {ratio:.2f}x (goal: 1.0x within noise)"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.results_dir:
+        out = Path(args.results_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+        (out / f"ack-cost-{stamp}.txt").write_text(text)
     return 0
 
 
