@@ -470,6 +470,61 @@ def test_ack_scans_only_what_no_task_read_whole(queue_client, queue_name, driver
     assert st["acked"] == 100 + 100 + 50 and st["reader_pointer"] == 300, st
 
 
+def test_a_run_killed_between_commit_and_ack_is_acked_by_the_next_run(
+    queue_client, queue_name, drivers
+):
+    """Run A reads a batch whole (its tasks record tallies) and Spark commits it, but A dies
+    before its ack; run B starts from the committed offset and acks the batch: B never uses
+    A's tallies (another run's), so it scans, and counts every message once."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    ids = queue_client.put_many(queue_name, [b"p"] * 250)
+    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
+    time.sleep(1.2)
+    a = drivers(queue_name, consumerId="killed-before-ack")
+    s = a.start()
+    end = a.plan()
+    assert a.read(s, end) == ids + delayed
+    a.reader.stop()  # no ack: the lease is given up as a killed run's lapses
+    b = drivers(queue_name, consumerId="killed-before-ack")
+    b.start(end)  # Spark restarts from the committed offset
+    rec = Statements()
+    assert b.batch() == []  # planning the next batch acks the committed one
+    acking = rec.take()
+    faults.reset()
+    assert [c for c in acking if "COUNT(*)" in c], "run B used run A's tallies"
+    st = queue_client.stats(queue_name)
+    assert st["acked"] == 252 and st["reader_pointer"] == 252 and st["backlog"] == 0, st
+    assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
+
+
+def test_a_redelivery_a_client_changes_after_the_read_is_not_acked_from_the_tally(
+    queue_client, queue_name, drivers
+):
+    """X was delivered to client C and is due again when the stream's batch reads it, so X is
+    among the batch's tally's others. C then changes X's visibility with its receipt: the ack
+    reads X again, sees a state written after the batch's time and leaves it; X comes again in
+    a later batch, once."""
+    queue_client.create_queue(queue_name, bucket_size=10)
+    x = queue_client.put(queue_name, b"x")
+    held = queue_client.get(queue_name, visibility_timeout=1)
+    assert held.id == x
+    y = queue_client.put(queue_name, b"y")
+    time.sleep(1.2)  # X is due again
+    d = drivers(queue_name, consumerId="tally-race")
+    d.start()
+    assert sorted(d.batch()) == [x, y]
+    assert queue_client.change_visibility(queue_name, held.pop_receipt, 0.5)
+    d.commit()
+    assert not acked_flag(queue_client, queue_name, x)
+    time.sleep(1.1)
+    assert d.batch() == [x]
+    d.commit()
+    assert acked_flag(queue_client, queue_name, x)
+    assert d.delivered == Counter({x: 2, y: 1})
+    st = queue_client.stats(queue_name)
+    assert st["backlog"] == 0 and st["in_flight"] == 0, st
+
+
 def test_ack_scans_when_the_tally_was_not_written(queue_client, queue_name, drivers):
     """Every tally write times out (the task goes on: a tally is a hint), then the tallies'
     read does too: the ack scans the batch and counts it exactly, and nothing fails."""
