@@ -433,6 +433,15 @@ def test_ack_reads_only_delayed_rows_and_planning_is_windowed(queue_client, queu
     assert all(acked_flag(queue_client, queue_name, i) for i in delayed)
 
 
+def _plain_and_due(queue_client, queue_name) -> tuple[list[int], list[int]]:
+    """A queue (buckets of 100) with 250 plain messages and 2 delayed ones, due by now."""
+    queue_client.create_queue(queue_name, bucket_size=100)
+    ids = queue_client.put_many(queue_name, [b"p"] * 250)
+    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
+    time.sleep(1.2)
+    return ids, delayed
+
+
 def test_ack_scans_only_what_no_task_read_whole(queue_client, queue_name, drivers, cassandra):
     """Three partitions (one per bucket): the first read whole, the second stopped after its
     first page, the third never read. The ack takes the first's count from its tally, with no
@@ -476,10 +485,7 @@ def test_a_run_killed_between_commit_and_ack_is_acked_by_the_next_run(
     """Run A reads a batch whole (its tasks record tallies) and Spark commits it, but A dies
     before its ack; run B starts from the committed offset and acks the batch: B never uses
     A's tallies (another run's), so it scans, and counts every message once."""
-    queue_client.create_queue(queue_name, bucket_size=100)
-    ids = queue_client.put_many(queue_name, [b"p"] * 250)
-    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
-    time.sleep(1.2)
+    ids, delayed = _plain_and_due(queue_client, queue_name)
     a = drivers(queue_name, consumerId="killed-before-ack")
     s = a.start()
     end = a.plan()
@@ -528,10 +534,7 @@ def test_a_redelivery_a_client_changes_after_the_read_is_not_acked_from_the_tall
 def test_ack_scans_when_the_tally_was_not_written(queue_client, queue_name, drivers):
     """Every tally write times out (the task goes on: a tally is a hint), then the tallies'
     read does too: the ack scans the batch and counts it exactly, and nothing fails."""
-    queue_client.create_queue(queue_name, bucket_size=100)
-    ids = queue_client.put_many(queue_name, [b"p"] * 250)
-    delayed = queue_client.put_many(queue_name, [b"d"] * 2, delay=1)
-    time.sleep(1.2)
+    ids, delayed = _plain_and_due(queue_client, queue_name)
     d = drivers(queue_name, consumerId="tally-lost")
     s = d.start()
     end = d.plan()
