@@ -29,10 +29,10 @@ from pathlib import Path
 
 from cassieq_spark.engine.core import pointers
 from cassieq_spark.engine.core.queues import get_queue
-from cassieq_spark.engine.stream import columns
+from cassieq_spark.engine.stream import tally
 from cassieq_spark.engine.stream.consumer import Position, StreamConsumer
-from cassieq_spark.engine.stream.tally import TallyRecorder
-from cassieq_spark.spark.partition import plan_ranges
+from cassieq_spark.spark.partition import KIND_IDS, CassieQPartition, plan_ranges
+from cassieq_spark.spark.partition_reader import read_partition
 
 from .common import BenchConfig, add_cassandra_args, client, ensure_keyspace, payloads
 
@@ -40,22 +40,29 @@ SIZES = (1_000, 10_000, 100_000)
 PUT_CHUNK = 10_000
 
 
-def read_batch(c, info, run: str, end) -> int:
-    """The executors' read of the batch's id path, partition by partition, each recording its
-    tally when ``run`` is given; returns the messages delivered."""
+def read_batch(cfg: BenchConfig, info, run: str, end) -> int:
+    """The executors' read of the batch's id path (``read_partition``, the source's own), one
+    partition per bucket, each recording its tally when ``run`` is given; returns the messages
+    delivered."""
+    connection = tuple(sorted(cfg.options().items()))
     delivered = 0
     for lo, hi in plan_ranges(end.from_id, end.id, info.bucket_size):
-        recorder = TallyRecorder(info.queue_id, run, end.ts, lo, hi) if run else None
-        for page in columns.read_id_path(c.conn, info, lo, hi, end.ts, ()):
-            delivered += len(page)
-            if recorder is not None:
-                recorder.add(page.rows)
-        if recorder is not None and not recorder.record(c.conn):
-            raise RuntimeError(f"the tally of {lo}..{hi} was not recorded")
+        part = CassieQPartition(
+            KIND_IDS,
+            connection=connection,
+            queue=info.name,
+            queue_id=str(info.queue_id),
+            bucket_size=info.bucket_size,
+            lo=lo,
+            hi=hi,
+            end_ts=end.ts,
+            tally_run=run,
+        )
+        delivered += sum(b.num_rows for b in read_partition(part))
     return delivered
 
 
-def ack_once(c, n: int, size: int, way: str) -> float:
+def ack_once(c, cfg: BenchConfig, n: int, size: int, way: str) -> float:
     """Seconds of the ack of one batch of ``n`` plain messages on a fresh queue."""
     queue = f"ack-cost-{uuid.uuid4().hex[:8]}"
     c.create_queue(queue)
@@ -73,8 +80,12 @@ def ack_once(c, n: int, size: int, way: str) -> float:
         end = stream.plan(Position(first.from_id, first.id, stream.clock.now_ms())).end
         if end is None or end.id - end.from_id != n:
             raise RuntimeError(f"{queue}: planned {end}, expected a batch of {n} ids")
-        if read_batch(c, info, run, end) != n:
+        if read_batch(cfg, info, run, end) != n:
             raise RuntimeError(f"{queue}: the batch's read did not deliver {n} messages")
+        if run:
+            found = tally.read_tallies(c.conn, info.queue_id, run, end.ts, end.from_id, end.id)
+            if tally.cover(end.from_id, end.id, found)[1]:
+                raise RuntimeError(f"{queue}: the tasks' tallies do not cover the batch")
         before = c.stats(queue)["acked"]
         t0 = time.perf_counter()
         stream.ack_through(end)
@@ -105,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for n in sizes:
                 for way in ways:
-                    ms[(way, n)].append(1000 * ack_once(c, n, args.size, way))
+                    ms[(way, n)].append(1000 * ack_once(c, cfg, n, args.size, way))
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False

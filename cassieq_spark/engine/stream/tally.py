@@ -39,8 +39,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
+from cassandra import DriverException
+from cassandra.cluster import NoHostAvailable
 
-from ..store.schema import STREAM_TALLIES_TTL_SECONDS
+from ...errors import CassieQError
 from ..store.session import Connection
 from .columns import Rows
 
@@ -48,16 +50,16 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Tally", "TallyRecorder", "cover", "others_of", "read_tallies"]
 
-# The ack follows the commit within seconds to minutes; a tally older than this is not used
-# (its batch is acked by the scan). The table: schema.STREAM_TALLIES_MIGRATION.
-TTL_SECONDS = STREAM_TALLIES_TTL_SECONDS
+# The ack follows the commit within seconds to minutes; a tally expires with the table's
+# default TTL (schema.STREAM_TALLIES_TTL_SECONDS, one hour), and its batch is then acked by the
+# scan.
 # A range with more messages that are not plain than this is left to the scan: their ids
 # travel in one cell, and the ack reads each of those rows anyway.
 MAX_OTHERS = 5000
 
 _WRITE = (
     "INSERT INTO {ks}.stream_tallies (queue_id, run, end_ts, lo, hi, plain, others) "
-    f"VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL {TTL_SECONDS}"
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _READ = (
     "SELECT lo, hi, plain, others FROM {ks}.stream_tallies "
@@ -112,7 +114,11 @@ class TallyRecorder:
                     self.others or None,
                 ),
             )
-        except Exception as exc:  # a hint: the ack scans this range instead
+        except (
+            CassieQError,
+            DriverException,
+            NoHostAvailable,
+        ) as exc:  # a hint: the ack scans this range instead
             log.warning(
                 "queue %s: the tally of ids %d..%d was not recorded (%s); the ack of its batch "
                 "scans that range instead",
@@ -131,13 +137,13 @@ def read_tallies(
     """The tallies of the batch at ``end_ts`` of ``run`` whose ranges start in ``[lo, hi)``.
     A failed read is an empty answer (the ack scans instead)."""
     try:
-        rows = conn.execute(_READ, (queue_id, run, end_ts, lo, hi))
-        return [Tally(r.lo, r.hi, r.plain, tuple(r.others or ())) for r in rows]
-    except Exception as exc:
+        rows = list(conn.execute(_READ, (queue_id, run, end_ts, lo, hi)))
+    except (CassieQError, DriverException, NoHostAvailable) as exc:
         log.warning(
             "queue %s: the tallies of a batch could not be read (%s); scanning", queue_id, exc
         )
         return []
+    return [Tally(r.lo, r.hi, r.plain, tuple(r.others or ())) for r in rows]
 
 
 def cover(lo: int, hi: int, tallies: Iterable[Tally]) -> tuple[list[Tally], list[tuple[int, int]]]:
