@@ -39,10 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
-from cassandra import DriverException
-from cassandra.cluster import NoHostAvailable
 
-from ...errors import CassieQError
 from ..store.session import Connection
 from .columns import Rows
 
@@ -101,24 +98,13 @@ class TallyRecorder:
         """Write the tally (the task's last page was handed on); False if none was written."""
         if len(self.others) > MAX_OTHERS:
             return False
+        values = (self.queue_id, self.run, self.end_ts, self.lo, self.hi, self.plain)
+        # Any failure of the write, and only of the write: the driver raises errors of several
+        # families (its own, the server's error messages, a connection shut down), and a
+        # tally is a hint; the ack scans this range instead.
         try:
-            conn.execute(
-                _WRITE,
-                (
-                    self.queue_id,
-                    self.run,
-                    self.end_ts,
-                    self.lo,
-                    self.hi,
-                    self.plain,
-                    self.others or None,
-                ),
-            )
-        except (
-            CassieQError,
-            DriverException,
-            NoHostAvailable,
-        ) as exc:  # a hint: the ack scans this range instead
+            conn.execute(_WRITE, (*values, self.others or None))
+        except Exception as exc:
             log.warning(
                 "queue %s: the tally of ids %d..%d was not recorded (%s); the ack of its batch "
                 "scans that range instead",
@@ -138,7 +124,7 @@ def read_tallies(
     A failed read is an empty answer (the ack scans instead)."""
     try:
         rows = list(conn.execute(_READ, (queue_id, run, end_ts, lo, hi)))
-    except (CassieQError, DriverException, NoHostAvailable) as exc:
+    except Exception as exc:  # as for the write: any failure of the read, the ack scans
         log.warning(
             "queue %s: the tallies of a batch could not be read (%s); scanning", queue_id, exc
         )
