@@ -53,7 +53,7 @@ DEFAULT_LEASE_TIMEOUT = 15.0
 DEFAULT_MIN_IDS_PER_PARTITION = 10_000
 DEFAULT_MAX_IDS_PER_PARTITION = 100_000
 MIN_LEASE_TIMEOUT = 3.0
-# A stopped or crashed query keeps every client (get, purge, move) off its queues for up to one
+# A crashed query (its driver killed) keeps every client (get, purge, move) off its queues for up to one
 # lease timeout: ten minutes at most.
 MAX_LEASE_TIMEOUT = 600.0
 CONSUMER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")

@@ -22,7 +22,8 @@ its own offset in the query's offset, its own lease, its own acks. What maps ont
   renewed by a daemon thread in the driver-side reader process; every ack is fenced by it, and
   a run that lost it fails with QueueBusyError (``engine/stream/lease.py``). Client ``get()`` fails
   with QueueBusyError while it is held; a second query waits for the lease to lapse and fails
-  with QueueBusyError if its holder renews it.
+  with QueueBusyError if its holder renews it. When the query ends, Spark ends the reader's
+  process with SIGTERM, which ``runner_exit.py`` routes through ``stop`` (the leases go back).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from .options import SourceSettings, parse_source_settings, resolve_queue
 from .partition import KIND_EMPTY, KIND_SNAPSHOT, CassieQPartition, plan_ranges
 from .partition_reader import read_partition
 from .queue_stream import QueueStream, split_cap
+from .runner_exit import StopOnTerminate
 from .selection import lookup
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("cassieq")``: one instance per query run on the driver, plus
     pickled copies whose only job is ``read()``."""
 
-    _LIVE = ("_streams", "_listed")
+    _LIVE = ("_streams", "_listed", "_terminate")
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None):
         # PySpark's streaming source runner turns an exception raised here into its own
@@ -92,6 +94,8 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._retired: set[tuple[str, str]] = set()
         self._busy_logged: dict[str, str] = {}  # pattern queues skipped: name -> their holder
         self._reset_live()
+        # Spark ends this process with SIGTERM: through stop(), which gives the leases back.
+        self._terminate = StopOnTerminate()
 
     def _reset_live(self) -> None:
         self._streams: dict[str, QueueStream] = {}
@@ -415,6 +419,9 @@ class CassieQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 qs.ack_through(e)
 
     def stop(self) -> None:
+        terminate = getattr(self, "_terminate", None)  # absent on executors' copies
+        if terminate is not None:
+            terminate.stopping = True
         for qs in self._streams.values():
             qs.stop()
 

@@ -104,10 +104,12 @@ def test_latest_start_leaves_earlier_messages_to_clients(
     assert queue_client.stats(queue_name)["reader_pointer"] == 0
     got = []
     deadline = time.time() + 30
-    while len(got) < 3 and time.time() < deadline:  # a stopped query's lease may linger
+    while (
+        len(got) < 3 and time.time() < deadline
+    ):  # the stopped query gives its lease back as its reader process ends
         try:
             m = queue_client.get(queue_name)
-        except Exception:  # QueueBusyError until the lease is released
+        except Exception:  # QueueBusyError until then
             time.sleep(0.5)
             continue
         assert m is not None
