@@ -261,7 +261,7 @@ def test_pointer_moves_forward_only_and_drops_are_idempotent(spark, queue_client
     assert not pointers.advance(queue_client.conn, queue, "repair", 1)
 
 
-def test_dry_run_changes_nothing(queue_client, queue, cassieq_options):
+def test_dry_run_changes_nothing(spark, queue_client, queue, config):
     [late] = _skip_blocks(queue_client, queue, 1)
     write_messages(queue_client.conn, queue, late.lo, [b"late"])
     queue_client.put_many(queue.name, [b"x"] * 20)
@@ -285,9 +285,10 @@ def test_dry_run_changes_nothing(queue_client, queue, cassieq_options):
         )
 
     before = snapshot()
-    rc, out, err = _finish(_start_job(cassieq_options, "--queue", queue.name, "--dry-run"))
-    assert rc == 0, err
-    report = json.loads(out.strip().splitlines()[-1])
+    # In-process on the session's Spark (the command line's --dry-run is this setting:
+    # tests/unit/test_repair_command_arguments.py).
+    [result] = run_pass(spark, config, [queue.name], RepairSettings(dry_run=True))
+    report = result.as_dict()
     assert report["queue"] == queue.name and report["dry_run"] is True
     assert report["republished"] == 1  # what a real pass would do
     assert report["buckets_reclaimed"] == 2
