@@ -1,7 +1,7 @@
 """A streaming query that ends gives its consumer lease back at once, however it ends: an
 ``AvailableNow`` run that is done, ``query.stop()``, a batch that fails. Spark ends the reader's
-Python process with SIGTERM without calling the reader's ``stop()``
-(``cassieq_spark/spark/runner_exit.py``). The lease timeout here is two minutes, so a lease
+Python process with SIGTERM, before or while the runner calls the reader's ``stop()``
+(``cassieq_spark/spark/runner_exit.py`` routes the signal through ``stop()``). The lease timeout here is two minutes, so a lease
 that only lapsed would keep the queue busy far longer than the test waits. Real Cassandra,
 real local Spark."""
 

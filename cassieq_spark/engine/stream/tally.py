@@ -98,12 +98,20 @@ class TallyRecorder:
         """Write the tally (the task's last page was handed on); False if none was written."""
         if len(self.others) > MAX_OTHERS:
             return False
-        values = (self.queue_id, self.run, self.end_ts, self.lo, self.hi, self.plain)
+        values = (
+            self.queue_id,
+            self.run,
+            self.end_ts,
+            self.lo,
+            self.hi,
+            self.plain,
+            self.others or None,
+        )
         # Any failure of the write, and only of the write: the driver raises errors of several
         # families (its own, the server's error messages, a connection shut down), and a
         # tally is a hint; the ack scans this range instead.
         try:
-            conn.execute(_WRITE, (*values, self.others or None))
+            conn.execute(_WRITE, values)
         except Exception as exc:
             log.warning(
                 "queue %s: the tally of ids %d..%d was not recorded (%s); the ack of its batch "
