@@ -7,9 +7,12 @@ and after a run and sums the difference per kind, plus the machine's idle time o
 CPU seconds per message of Cassandra against the JVM against Python tell which one a design
 change has to shrink.
 
-The kinds come from each process's command line (``kind_of``). A process that started and
-ended inside the run is not seen (its CPU is lost to the split, not misattributed): the runs
-measured with it keep their processes up (Spark's Python workers are reused).
+The kinds come from each process's command line and parentage (``kind_of``): the Spark JVMs
+and Python workers counted are the bench process's descendants, the Cassandra node the one
+run from this checkout; anything else on the machine (another checkout's nodes, tests) is
+``other``. A process that started and ended inside the run is not seen (its CPU is lost to
+the split, not misattributed): the runs measured with it keep their processes up (Spark's
+Python workers are reused).
 """
 
 from __future__ import annotations
@@ -20,40 +23,49 @@ from pathlib import Path
 
 KINDS = ("cassandra", "spark_jvm", "python_worker", "bench", "other")
 _TICK = os.sysconf("SC_CLK_TCK")
+_ROOT = str(Path(__file__).resolve().parents[1])
 
 
-def kind_of(cmdline: str, pid: int, me: int) -> str:
-    """The kind of the process with command line ``cmdline`` (NUL-separated as in /proc)."""
-    if pid == me:
-        return "bench"
-    if "org.apache.cassandra" in cmdline or "CassandraDaemon" in cmdline:
-        return "cassandra"
+def kind_of(cmdline: str, mine: bool, root: str = _ROOT) -> str:
+    """The kind of a process with command line ``cmdline`` (NUL-separated as in /proc);
+    ``mine``: the bench process or one of its descendants."""
+    if "org.apache.cassandra" in cmdline:
+        return "cassandra" if root in cmdline else "other"
+    if not mine:
+        return "other"
     if "java" in cmdline.split("\0", 1)[0]:
         return "spark_jvm"
-    if "pyspark" in cmdline and "python" in cmdline:
+    if "pyspark" in cmdline:
         return "python_worker"
-    if "bench" in cmdline and "python" in cmdline:
-        return "bench"
-    return "other"
+    return "bench"
 
 
 def _cpu_by_pid() -> dict[int, tuple[str, float, str]]:
     me = os.getpid()
-    out: dict[int, tuple[str, float, str]] = {}
+    seen: dict[int, tuple[int, float, str]] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
-        pid = int(d.name)
         try:
             stat = (d / "stat").read_text()
             cmd = (d / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        # utime and stime are fields 14 and 15 of stat; fields[0] here is field 3 (state).
-        cpu = (int(fields[11]) + int(fields[12])) / _TICK
-        out[pid] = (kind_of(cmd, pid, me), cpu, cmd.replace("\0", " ")[-80:])
-    return out
+        # Fields 4 (ppid), 14 and 15 (utime, stime) of stat; fields[0] here is field 3.
+        seen[int(d.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, cmd)
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            if pid == me:
+                return True
+            pid = seen[pid][0] if pid in seen else 0
+        return False
+
+    return {
+        pid: (kind_of(cmd, mine(pid)), cpu, cmd.replace("\0", " ")[-80:])
+        for pid, (_, cpu, cmd) in seen.items()
+    }
 
 
 def _idle() -> float:

@@ -10,6 +10,7 @@ column: a Python step per row is left only for rows with headers.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -95,12 +96,15 @@ def _counted(
     if not p.run:  # countDeliveries=false
         return pages
     part = stream_deliveries.part_key(p.kind, p.lo, p.hi, p.ids, p.end_ts)
-    earlier = stream_deliveries.earlier_runs(conn, queue.queue_id, part, p.run)
+    earlier = stream_deliveries.EarlierRuns(conn, queue.queue_id, part, p.run)
+    # The first page is read while the run's record is written; nothing is handed on before
+    # the record is (EarlierRuns.count).
+    first = next(pages, None)
     return stream_deliveries.with_counts_pages(
         conn,
         queue,
-        pages,
-        earlier,
+        itertools.chain([first], pages) if first is not None else iter(()),
+        earlier.count(),
         p.max_delivery_count,
         max_attempts=p.max_batch_attempts or None,
         drop_allowed=p.drop_allowed,

@@ -128,12 +128,21 @@ CASES = {
         )
         for i in range(200)
     ],
+    # Plain messages but for the cells that make a row no message: no enqueued_at.
+    "plain-page-with-gaps": [
+        _row(
+            dict.fromkeys(columns.FIELDS)
+            | {"id": i, "payload": b"x", "enqueued_at": None if i % 7 == 3 else END - 1000}
+        )
+        for i in range(150)
+    ],
     "one-row": _generated(3, 1),
 }
 
 
 def _rows(tuples: list[tuple], width: int = 12) -> columns.Rows:
-    return columns.Rows.from_columns(tuple(zip(*[t[:width] for t in tuples], strict=True)))
+    """The rows as the executors convert a page the driver hands them."""
+    return columns.Rows.from_tuples([t[:width] for t in tuples])
 
 
 def _pairs(d: columns.Deliveries) -> list[tuple[int, int]]:
@@ -169,6 +178,25 @@ def test_timer_path_over_columns_delivers_what_the_row_rule_delivers(case, repla
     tuples = CASES[case]
     got = columns.deliver_timer_path(_rows(tuples, 12 if replay else 10), END, excluded, replay)
     assert _pairs(got) == _reference(tuples, END, excluded, replay, timer_path_delivers)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("width", [10, 12])
+def test_a_page_converted_at_once_equals_its_columns_converted_one_by_one(case, width):
+    """``Rows.from_tuples`` (one struct array for a page without headers) and
+    ``Rows.from_columns`` (a Python transposition) give the same columns, nulls included."""
+    page = [t[:width] for t in CASES[case]]
+    at_once = columns.Rows.from_tuples(page)
+    by_column = columns.Rows.from_columns(tuple(zip(*page, strict=True)))
+    for f in columns.FIELDS[:width]:
+        a, b = getattr(at_once, f), getattr(by_column, f)
+        if f == "headers":
+            assert list(a) == list(b)
+        else:
+            assert a.type == b.type, f
+            assert a.to_pylist() == b.to_pylist(), f
+    for f in columns.FIELDS[width:]:
+        assert getattr(at_once, f) is None
 
 
 def test_timer_path_leaves_plain_rows_to_the_reader_pointer():

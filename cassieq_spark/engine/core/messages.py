@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
+from operator import itemgetter
 
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 
@@ -492,15 +493,17 @@ class PageSizer:
                 self.largest = size
         self._grow()
 
-    def saw_columns(self, payloads: Sequence, headers: Sequence | None) -> None:
-        """:meth:`saw` for a page given as columns (payloads, and headers or None when the
-        read has none): the same sizes, one Python step per row only for rows with headers."""
+    def saw_tuples(self, rows: Sequence[tuple], at_payload: int, at_headers: int | None) -> None:
+        """:meth:`saw` for a page of plain tuples (the payload at ``at_payload``, the headers at
+        ``at_headers`` or none): the same sizes, with a Python step per row only for rows with
+        headers."""
+        payloads = map(itemgetter(at_payload), rows)
         largest = max(map(len, filter(None, payloads)), default=0)
-        if headers is not None and headers.count(None) != len(headers):
-            for payload, h in zip(payloads, headers, strict=True):
-                if h:
-                    size = len(payload or b"") + sum(len(k) + len(v) for k, v in h.items())
-                    largest = max(largest, size)
+        if at_headers is not None:
+            for r in filter(itemgetter(at_headers), rows):
+                h = r[at_headers]
+                size = len(r[at_payload] or b"") + sum(len(k) + len(v) for k, v in h.items())
+                largest = max(largest, size)
         self.largest = max(self.largest, largest)
         self._grow()
 
@@ -541,15 +544,16 @@ def column_names(columns: str) -> list[str]:
     return [c.strip() for c in columns.split(",")]
 
 
-def read_columns(
+def read_pages(
     conn: Connection, queue: QueueInfo, lo: int, hi: int, columns: str
-) -> Iterator[tuple[tuple, ...]]:
-    """The rows of :func:`read_range`, page by page as columns: one tuple of values per
-    selected column, in the order of ``columns``, each page's rows in id order. The rows come
-    as plain tuples from the driver (``Connection.tuple_profile``) and are transposed at once,
-    no Python step per row. The next page is requested before a page is handed out, so that the
-    caller's work on it overlaps the wait for the next; pages of bodies are sized by a
-    :class:`PageSizer` from the pages seen before, as :func:`read_range` sizes them."""
+) -> Iterator[list[tuple]]:
+    """The rows of :func:`read_range`, page by page as the driver hands them: a list of plain
+    tuples (``Connection.tuple_profile``), one value per selected column in the order of
+    ``columns``, each page's rows in id order. A caller turns a page into columns at once
+    (``engine/stream/columns.py``), with no Python step per row. The next page is requested
+    before a page is handed out, so that the caller's work on it overlaps the wait for the
+    next; pages of bodies are sized by a :class:`PageSizer` from the pages seen before, as
+    :func:`read_range` sizes them."""
     stmt = conn.prepare(
         f"SELECT {columns} FROM {{ks}}.messages WHERE queue_id = ? AND bucket = ? AND id >= ? AND id < ?"
     )
@@ -570,17 +574,14 @@ def read_columns(
     while pending is not None:
         result = pending.result()
         rows = result.current_rows
-        cols = tuple(zip(*rows, strict=True)) if rows else ()
-        if cols and pages is not None and at_payload is not None:
-            pages.saw_columns(
-                cols[at_payload], cols[at_headers] if at_headers is not None else None
-            )
+        if rows and pages is not None and at_payload is not None:
+            pages.saw_tuples(rows, at_payload, at_headers)
         state = result.paging_state
         if state is None:
             part = next(parts, None)
         pending = send(part, state) if part is not None else None
-        if cols:
-            yield cols
+        if rows:
+            yield rows
 
 
 def read_one(conn: Connection, queue: QueueInfo, message_id: int, columns: str = COLUMNS):

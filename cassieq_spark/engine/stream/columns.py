@@ -11,9 +11,11 @@ every kind).
 What stays a Python step per row, and why:
 
 - the driver's decoding of each row into a tuple of cells (its compiled row parser; one
-  Python object per non-null cell), then transposed into columns in one call;
-- the headers of rows that have any: the driver hands each as a map object, turned into the
-  Arrow map and the group column row by row (pages without headers cost nothing per row);
+  Python object per non-null cell), then converted into columns in one call (a page as one
+  Arrow struct array, split into its fields);
+- the headers of rows that have any: the driver hands each as a map object, so a page with
+  headers is transposed in Python and turned into the Arrow map and the group column row by
+  row (pages without headers cost nothing per row);
 - the rows a batch moves instead of delivering (past their delivery limit, or a poison
   batch: ``deliveries.with_counts_pages``), which are rare.
 
@@ -28,12 +30,13 @@ import dataclasses
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from cassandra.util import datetime_from_timestamp
 
-from ..core.messages import read_columns
+from ..core.messages import read_pages
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 from .read import read_rows_by_id
@@ -93,6 +96,13 @@ _TYPES = {
     "changed_at": pa.int64(),
     "acked_at": pa.int64(),
 }
+# A page without headers as one struct array (the headers field typed null: every row has
+# none), per read width: 10 columns (a first run, a snapshot) or 12 (a replay).
+_PAGE_STRUCTS = {
+    width: pa.struct([pa.field(name, _TYPES.get(name, pa.null())) for name in FIELDS[:width]])
+    for width in (10, 12)
+}
+_AT_HEADERS = FIELDS.index("headers")
 TIMER_CHUNK_ROWS = 4096  # the timer path's rows come one read per id: columns per this many
 _TIMESTAMPS = ("enqueued_at", "visible_at", "invisible_until")
 
@@ -125,6 +135,22 @@ class Rows:
     dead: pa.Array
     changed_at: pa.Array | None = None
     acked_at: pa.Array | None = None
+
+    @classmethod
+    def from_tuples(cls, rows: Sequence[tuple]) -> Rows:
+        """Rows of a page as the driver hands it (plain tuples read with ``READ_SELECT`` or
+        ``SNAPSHOT_SELECT``). A page where no row has headers is converted in one call, as a
+        struct array split into its fields; a page with headers goes through
+        :meth:`from_columns`. Both give the same Rows."""
+        n = len(rows)
+        if n == 0 or any(map(itemgetter(_AT_HEADERS), rows)):
+            return cls.from_columns(tuple(zip(*rows, strict=True)))
+        page = pa.array(rows, type=_PAGE_STRUCTS[len(rows[0])])
+        values: dict = {"headers": (None,) * n}
+        for name, col in zip(FIELDS, page.flatten(), strict=False):
+            if name != "headers":
+                values[name] = col
+        return cls(**values)
 
     @classmethod
     def from_columns(cls, cols: Sequence[Sequence]) -> Rows:
@@ -240,14 +266,23 @@ def _inside(ids: pa.Array, ranges: Sequence[tuple[int, int]]) -> pa.Array | None
     return out
 
 
+def _none(*arrays: pa.Array) -> bool:
+    """Whether every value of every array is null (a state column of plain messages)."""
+    return all(a.null_count == len(a) for a in arrays)
+
+
 def id_path_mask(rows: Rows, end_ts: int, excluded: Sequence[tuple[int, int]]) -> pa.Array:
     """:func:`read.id_path_delivers` of every row: a message, not acked or dead, outside the
     ranges repair owns, due at ``end_ts``."""
-    due = pc.max_element_wise(_ms(rows.visible_at), _ms(rows.invisible_until))
-    ok = pc.and_(
-        pc.invert(pc.or_(_true(rows.acked), _true(rows.dead))), pc.is_valid(rows.enqueued_at)
-    )
-    ok = pc.and_(ok, pc.less_equal(due, end_ts))
+    if _none(rows.acked, rows.dead, rows.visible_at, rows.invisible_until):
+        # A page of plain messages, none claimed: every message is due (end_ts > 0).
+        ok = pc.is_valid(rows.enqueued_at)
+    else:
+        due = pc.max_element_wise(_ms(rows.visible_at), _ms(rows.invisible_until))
+        ok = pc.and_(
+            pc.invert(pc.or_(_true(rows.acked), _true(rows.dead))), pc.is_valid(rows.enqueued_at)
+        )
+        ok = pc.and_(ok, pc.less_equal(due, end_ts))
     inside = _inside(rows.id, excluded)
     return ok if inside is None else pc.and_(ok, pc.invert(inside))
 
@@ -271,6 +306,9 @@ def unacked_mask(rows: Rows, reader: int) -> pa.Array:
 
 def _delivered(rows: Rows, mask: pa.Array, plus: int) -> Deliveries:
     kept = rows.filter(mask)
+    if _none(kept.deliveries):  # no client delivered any of them
+        counts = pa.repeat(pa.scalar(plus, pa.int32()), len(kept))
+        return Deliveries(kept, counts)
     counts = _ms(kept.deliveries)
     return Deliveries(kept, pc.add(counts, plus).cast(pa.int32()) if plus else counts)
 
@@ -315,21 +353,21 @@ def read_id_path(
     """:func:`read.read_id_path` page by page: the delivered rows of each page of
     ``[lo, hi)`` with their delivery counts (client deliveries plus one)."""
     select = READ_SELECT if replay else FIRST_RUN_SELECT
-    for cols in read_columns(conn, queue, lo, hi, select):
-        d = deliver_id_path(Rows.from_columns(cols), end_ts, excluded, replay)
+    for page in read_pages(conn, queue, lo, hi, select):
+        d = deliver_id_path(Rows.from_tuples(page), end_ts, excluded, replay)
         if len(d):
             yield d
 
 
-def _chunks(rows: Iterator[tuple], size: int) -> Iterator[tuple[tuple, ...]]:
+def _chunks(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
     chunk: list[tuple] = []
     for row in rows:
         chunk.append(row)
         if len(chunk) >= size:
-            yield tuple(zip(*chunk, strict=True))
+            yield chunk
             chunk = []
     if chunk:
-        yield tuple(zip(*chunk, strict=True))
+        yield chunk
 
 
 def read_timer_path(
@@ -343,8 +381,8 @@ def read_timer_path(
     """:func:`read.read_timer_path` in chunks of columns (the rows are read one by one)."""
     select = READ_SELECT if replay else FIRST_RUN_SELECT
     rows_by_id = read_rows_by_id(conn, queue, ids, select, tuples=True)
-    for cols in _chunks(rows_by_id, TIMER_CHUNK_ROWS):
-        d = deliver_timer_path(Rows.from_columns(cols), end_ts, excluded, replay)
+    for chunk in _chunks(rows_by_id, TIMER_CHUNK_ROWS):
+        d = deliver_timer_path(Rows.from_tuples(chunk), end_ts, excluded, replay)
         if len(d):
             yield d
 
@@ -354,7 +392,7 @@ def read_unacked(
 ) -> Iterator[Deliveries]:
     """:func:`snapshot.read_unacked` page by page: the unacked rows of ``[lo, hi)`` with the
     delivery counts clients gave them."""
-    for cols in read_columns(conn, queue, lo, hi, SNAPSHOT_SELECT):
-        d = deliver_unacked(Rows.from_columns(cols), reader)
+    for page in read_pages(conn, queue, lo, hi, SNAPSHOT_SELECT):
+        d = deliver_unacked(Rows.from_tuples(page), reader)
         if len(d):
             yield d

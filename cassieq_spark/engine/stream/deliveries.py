@@ -40,7 +40,14 @@ from .read import Delivery
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CountedPage", "earlier_runs", "part_key", "with_counts", "with_counts_pages"]
+__all__ = [
+    "CountedPage",
+    "EarlierRuns",
+    "earlier_runs",
+    "part_key",
+    "with_counts",
+    "with_counts_pages",
+]
 
 # Reads of partitions whose batch failed are rare and short-lived: two weeks covers a query
 # left failing over a long holiday; after that a replay counts from its client deliveries.
@@ -61,13 +68,28 @@ def part_key(kind: str, lo: int, hi: int, ids: Sequence[int], end_ts: int) -> st
     return f"{kind}:{lo}:{hi}@{end_ts}"
 
 
+class EarlierRuns:
+    """Records that ``run`` reads partition ``part`` and asks how many other runs read it
+    before (each delivered its messages once without a commit), both sent at once; the
+    caller reads the partition's first page meanwhile. :meth:`count` waits for both: the
+    record is written before any row of the partition is handed on, so a later run counts
+    this one whenever this one delivered anything."""
+
+    def __init__(self, conn: Connection, queue_id: uuid.UUID, part: str, run: str):
+        self.run = run
+        self._recorded = conn.execute_async(_RECORD, (queue_id, part, run))
+        self._runs = conn.execute_async(_RUNS, (queue_id, part))
+
+    def count(self) -> int:
+        runs = {r.run for r in self._runs.result()}
+        self._recorded.result()
+        return len(runs - {self.run})
+
+
 def earlier_runs(conn: Connection, queue_id: uuid.UUID, part: str, run: str) -> int:
-    """Record that ``run`` reads partition ``part``; return how many other runs read it before
-    (each delivered its messages once without a commit)."""
-    recorded = conn.execute_async(_RECORD, (queue_id, part, run))
-    runs = {r.run for r in conn.execute(_RUNS, (queue_id, part))}
-    recorded.result()
-    return len(runs - {run})
+    """:class:`EarlierRuns` at once: record that ``run`` reads ``part``, return how many other
+    runs read it before."""
+    return EarlierRuns(conn, queue_id, part, run).count()
 
 
 def with_counts(
