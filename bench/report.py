@@ -196,6 +196,41 @@ def table_rows(results: dict) -> list[dict]:
     return rows
 
 
+_CPU_RUNS = {
+    "spark_read": "plain `spark.read` of the queue",
+    "consume_incl_start": "stream consume+ack, query start included",
+    "scc_read": "SCC 3.5.1 full read, 100 B",
+}
+
+
+def _cpu_split(src: dict) -> list[str]:
+    """The source suite's CPU microseconds per message by kind of process (bench/cpu_split.py):
+    where each reader's time goes on the shared cores."""
+    cpu = src.get("cpu_us_per_message")
+    if not cpu:
+        return []
+    kinds = ("cassandra", "spark_jvm", "python_worker", "bench", "other", "total", "idle_share")
+    lines = [
+        "",
+        "## CPU per message by kind of process (source suite; bench/cpu_split.py)",
+        "",
+        "Median (min-max) of the repeats, CPU microseconds per message; `other` is the rest of "
+        "the machine (other work on it), `idle_share` the cores' idle share over the run.",
+        "",
+        "| run | " + " | ".join(kinds) + " |",
+        "|---|" + "---:|" * len(kinds),
+    ]
+    for what, label in _CPU_RUNS.items():
+        if what not in cpu:
+            continue
+        cells = []
+        for k in kinds:
+            v = cpu[what].get(k)
+            cells.append("-" if not v else f"{v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(results: dict, plots: list[str]) -> str:
     m = results["machine"]
     c = results["config"]
@@ -235,6 +270,7 @@ def markdown(results: dict, plots: list[str]) -> str:
     if not missing:
         lines.append("- none")
     lines += scc_report.markdown(results)
+    lines += _cpu_split(results["suites"].get("source", {}))
     eng = results["suites"].get("engine", {})
     if eng.get("status") == "ok" and eng.get("table"):
         lines += ["", "## Engine (bench/engine.py, one process, single messages)", "", "```"]

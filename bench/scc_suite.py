@@ -29,6 +29,7 @@ import time
 
 from . import memory
 from .common import BenchConfig, SuiteUnavailable, client, summarize
+from .cpu_split import CpuSplit
 from .machine import ROOT
 
 log = logging.getLogger("bench.scc")
@@ -258,9 +259,17 @@ class SccJob:
     def after_sink_repeat(self, size: int, rep: int) -> None:
         self._guarded(self._writes, size, rep)
 
-    def after_source_repeat(self, rep: int) -> None:
-        # The source suite reads 100 B messages; the tuned 100 B table of the same repeat.
-        self._guarded(self._read, 100, rep)
+    def after_source_repeat(self, rep: int) -> dict[str, float] | None:
+        """The read of the tuned 100 B table of the same repeat (the source suite reads 100 B
+        messages), its table written first if no sink suite did; returns the read's CPU
+        microseconds per row by kind of process (``cpu_split``), or None if it failed."""
+        if len(self.runs["100"]["tuned_write"]) <= rep % self.cfg.repeats:
+            self._guarded(self._writes, 100, rep % self.cfg.repeats)
+        with CpuSplit() as split:
+            self._guarded(self._read, 100, rep)
+        if self.error is not None:
+            return None
+        return split.per_message_us(self.cfg.sink_rows)
 
     def run_alone(self, writes: bool = True, reads: bool = True) -> None:
         for rep in range(self.cfg.repeats):

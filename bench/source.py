@@ -11,7 +11,6 @@ second (``ratio_1k_vs_100``, the ratio of the medians, with repeat i against rep
 from __future__ import annotations
 
 import logging
-import time
 
 from . import baseline_driver as bd
 from .common import (
@@ -23,6 +22,7 @@ from .common import (
     summarize,
     unique_queue,
 )
+from .cpu_split import CpuSplit
 
 log = logging.getLogger("bench.source")
 
@@ -43,11 +43,12 @@ def consume(spark, cfg: BenchConfig, queue: str, extra: dict | None = None) -> d
 
 def spark_read(spark, cfg: BenchConfig, queue: str) -> dict:
     """A plain Spark batch read of the same messages (``spark.read.format("cassieq")``, the
-    snapshot of unacked messages) into ``noop``: Spark's own cost without stream or acks."""
-    t0 = time.perf_counter()
-    df = spark.read.format("cassieq").options(**cfg.options(queue)).load()
-    df.write.format("noop").mode("overwrite").save()
-    return {"wall": time.perf_counter() - t0, "rows": df.count()}
+    snapshot of unacked messages) into ``noop``: Spark's own cost without stream or acks.
+    ``cpu``: the read's CPU split (``cpu_split``); the rows are counted after it."""
+    with CpuSplit() as split:
+        df = spark.read.format("cassieq").options(**cfg.options(queue)).load()
+        df.write.format("noop").mode("overwrite").save()
+    return {"wall": split.wall, "rows": df.count(), "cpu": split}
 
 
 def run(spark, cfg: BenchConfig, scc=None) -> dict:
@@ -57,6 +58,11 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
     n = cfg.source_rows
     src_rates, src_wall_rates, scan_rates, read_rates, acked = [], [], [], [], []
     big_rates: list[float] = []
+    cpu: dict[str, list[dict[str, float]]] = {
+        "spark_read": [],
+        "consume_incl_start": [],
+        "scc_read": [],
+    }
     with client(cfg) as c:
         warm = unique_queue("src-warm")
         c.create_queue(warm)
@@ -70,7 +76,10 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
             if plain["rows"] != n:
                 raise RuntimeError(f"spark.read saw {plain['rows']} rows, expected {n}")
             read_rates.append(n / plain["wall"])
-            r = consume(spark, cfg, queue)
+            cpu["spark_read"].append(plain["cpu"].per_message_us(n))
+            with CpuSplit() as split:
+                r = consume(spark, cfg, queue)
+            cpu["consume_incl_start"].append(split.per_message_us(n))
             if r["rows"] != n:
                 raise RuntimeError(f"source query delivered {r['rows']} rows, expected {n}")
             src_rates.append(n / r["batch_seconds"])
@@ -93,7 +102,9 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
                 raise RuntimeError(f"source query delivered {r['rows']} 1 KiB rows, expected {n}")
             big_rates.append(n / r["batch_seconds"])
             if scc is not None:
-                scc.after_source_repeat(rep)
+                read_cpu = scc.after_source_repeat(rep)
+                if read_cpu is not None:
+                    cpu["scc_read"].append(read_cpu)
             log.info(
                 "source rep %d: %.0f/s (wall %.0f/s), 1 KiB %.0f/s, scan %.0f/s",
                 rep,
@@ -123,5 +134,10 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
         "wall_ratio_vs_spark_read": w["median"] / pr["median"],
         "wall_ratio_vs_scan": w["median"] / d["median"],
         "after_run": acked,
+        "cpu_us_per_message": {
+            what: {kind: summarize([r[kind] for r in runs]) for kind in runs[0]}
+            for what, runs in cpu.items()
+            if runs
+        },
         "connector_read": "suite scc (SCC 3.5.1 on a side PySpark 3.5; no release for Spark 4.x)",
     }
