@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-KINDS = ("cassandra", "spark_jvm", "python_worker", "bench", "other")
+KINDS = ("cassandra", "spark_jvm", "python_worker", "source_runner", "bench", "other")
 _TICK = os.sysconf("SC_CLK_TCK")
 _ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -35,6 +35,8 @@ def kind_of(cmdline: str, mine: bool, root: str = _ROOT) -> str:
         return "other"
     if "java" in cmdline.split("\0", 1)[0]:
         return "spark_jvm"
+    if "python_streaming_source_runner" in cmdline:
+        return "source_runner"  # the driver's Python of one streaming query: planning, acks
     if "pyspark" in cmdline:
         return "python_worker"
     return "bench"

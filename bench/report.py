@@ -197,6 +197,7 @@ def table_rows(results: dict) -> list[dict]:
 
 
 _CPU_RUNS = {
+    "floor_read": "floor: a Python source of ready Arrow batches (no Cassandra)",
     "spark_read": "plain `spark.read` of the queue",
     "consume_incl_start": "stream consume+ack, query start included",
     "scc_read": "SCC 3.5.1 full read, 100 B",
@@ -209,13 +210,25 @@ def _cpu_split(src: dict) -> list[str]:
     cpu = src.get("cpu_us_per_message")
     if not cpu:
         return []
-    kinds = ("cassandra", "spark_jvm", "python_worker", "bench", "other", "total", "idle_share")
+    kinds = (
+        "cassandra",
+        "spark_jvm",
+        "python_worker",
+        "source_runner",
+        "bench",
+        "other",
+        "total",
+        "idle_share",
+    )
     lines = [
         "",
         "## CPU per message by kind of process (source suite; bench/cpu_split.py)",
         "",
-        "Median (min-max) of the repeats, CPU microseconds per message; `other` is the rest of "
-        "the machine (other work on it), `idle_share` the cores' idle share over the run.",
+        "Median (min-max) of the repeats, CPU microseconds per message; `python_worker`: the "
+        "executors' Python (the reads), `source_runner`: the stream's Python on the driver "
+        "(its process start, planning, acks); `bench`: the bench's processes (the SCC job's "
+        "Python driver); `other`: the rest of the machine (other work on it); `idle_share`: "
+        "the cores' idle share over the run.",
         "",
         "| run | " + " | ".join(kinds) + " |",
         "|---|" + "---:|" * len(kinds),

@@ -48,6 +48,7 @@ def comparison(results: dict) -> dict:
             "batches_vs_read": _pair(src["source_rate"], c["read_rate"]),
             "wall_vs_read": _pair(src["source_wall_rate"], c["read_rate"]),
             "plain_read_vs_read": _pair(src.get("spark_read_rate"), c["read_rate"]),
+            "floor_vs_read": _pair(src.get("floor_read_rate"), c["read_rate"]),
             "goal": READ_GOAL,
         }
     return out
@@ -93,6 +94,10 @@ def table_rows(results: dict) -> list[dict]:
             row("2b source vs SCC", "plain spark.read cassieq (no acks), 100 B",
                 src["spark_read_rate"], c["read_rate"], "SCC full read, 100 B",
                 rd["plain_read_vs_read"]["ratio"])  # fmt: skip
+        if rd.get("floor_vs_read"):
+            row("2b source vs SCC", "Python data source floor (ready Arrow batches, no Cassandra)",
+                src["floor_read_rate"], c["read_rate"], "SCC full read, 100 B",
+                rd["floor_vs_read"]["ratio"])  # fmt: skip
     return rows
 
 
@@ -162,6 +167,13 @@ def markdown(results: dict) -> list[str]:
             lines.append(
                 "- plain spark.read of the queue (no stream, no acks) vs SCC full read, 100 B: "
                 f"{rd['plain_read_vs_read']['ratio']:.2f}"
+            )
+        if rd.get("floor_vs_read"):
+            lines.append(
+                "- the floor of a Python data source on this Spark (`bench/source_floor.py`: "
+                "ready Arrow batches of the source's schema, no Cassandra) vs SCC full read: "
+                + fmt(rd["floor_vs_read"], READ_GOAL)
+                + ": a source that reads Cassandra cannot pass this"
             )
     if not cmp.get("write") and not cmp.get("read"):
         lines.append("- no ratios: the sink and source suites did not run ok in this run")

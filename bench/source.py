@@ -23,6 +23,7 @@ from .common import (
     unique_queue,
 )
 from .cpu_split import CpuSplit
+from .source_floor import read_floor
 
 log = logging.getLogger("bench.source")
 
@@ -58,7 +59,9 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
     n = cfg.source_rows
     src_rates, src_wall_rates, scan_rates, read_rates, acked = [], [], [], [], []
     big_rates: list[float] = []
+    floor_rates: list[float] = []
     cpu: dict[str, list[dict[str, float]]] = {
+        "floor_read": [],
         "spark_read": [],
         "consume_incl_start": [],
         "scc_read": [],
@@ -77,6 +80,11 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
                 raise RuntimeError(f"spark.read saw {plain['rows']} rows, expected {n}")
             read_rates.append(n / plain["wall"])
             cpu["spark_read"].append(plain["cpu"].per_message_us(n))
+            floor = read_floor(spark, n)
+            if floor["rows"] != n:
+                raise RuntimeError(f"the floor source counted {floor['rows']} rows, expected {n}")
+            floor_rates.append(n / floor["wall"])
+            cpu["floor_read"].append(floor["cpu"].per_message_us(n))
             with CpuSplit() as split:
                 r = consume(spark, cfg, queue)
             cpu["consume_incl_start"].append(split.per_message_us(n))
@@ -131,6 +139,7 @@ def run(spark, cfg: BenchConfig, scc=None) -> dict:
             "max": max(by_repeat),
         },
         "spark_read_rate": pr,
+        "floor_read_rate": summarize(floor_rates),
         "wall_ratio_vs_spark_read": w["median"] / pr["median"],
         "wall_ratio_vs_scan": w["median"] / d["median"],
         "after_run": acked,

@@ -25,6 +25,8 @@ def test_spark_processes_count_only_under_the_bench_process():
     worker = "/venv/bin/python\0-m\0pyspark.daemon\0pyspark.worker"
     assert kind_of(jvm, mine=True, root=ROOT) == "spark_jvm"
     assert kind_of(worker, mine=True, root=ROOT) == "python_worker"
+    runner = "/venv/bin/python\0-m\0pyspark.sql.streaming.python_streaming_source_runner"
+    assert kind_of(runner, mine=True, root=ROOT) == "source_runner"
     assert kind_of(jvm, mine=False, root=ROOT) == "other"
     assert kind_of(worker, mine=False, root=ROOT) == "other"
     assert kind_of("/venv/bin/python\0-m\0bench.run", mine=True, root=ROOT) == "bench"
