@@ -143,7 +143,7 @@ class Rows:
         struct array split into its fields; a page with headers goes through
         :meth:`from_columns`. Both give the same Rows."""
         n = len(rows)
-        if n == 0 or any(map(itemgetter(_AT_HEADERS), rows)):
+        if n == 0 or list(map(itemgetter(_AT_HEADERS), rows)).count(None) != n:
             return cls.from_columns(tuple(zip(*rows, strict=True)))
         page = pa.array(rows, type=_PAGE_STRUCTS[len(rows[0])])
         values: dict = {"headers": (None,) * n}
