@@ -13,6 +13,7 @@ import collections
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -28,6 +29,9 @@ CLUSTER_PORT = 19042  # beside the development node on 9042/7000
 CLUSTER_STORAGE_PORT = 17000
 CLUSTER_NODES = 3
 PROBE_KEYSPACE = "cassieq_faults_probe"
+# Rows written by compare-and-sets through one chosen node, to read back the write time it
+# stamped (Faults.cas_stamp_offset).
+STAMPS_TABLE = f"{PROBE_KEYSPACE}.stamps"
 
 
 def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 1.0) -> T:
@@ -159,15 +163,39 @@ class Faults:
         """Node ``index``'s wall clock minus this process's, seconds (read through CQL)."""
         from cassandra.query import SimpleStatement
 
-        host = next(
-            h
-            for h in self.watcher.metadata.all_hosts()
-            if h.address == self.cluster.node(index).address
-        )
+        host = self._host(index)
         stmt = SimpleStatement("SELECT toUnixTimestamp(now()) AS now FROM system.local")
         before = time.time()
         row = self.session.execute(stmt, host=host, timeout=10).one()
         return row.now / 1000.0 - (before + time.time()) / 2
+
+    def cas_stamp_offset(self, index: int) -> float:
+        """How far ahead of this process's clock node ``index`` stamps a compare-and-set it
+        coordinates, seconds: the write time of such a write is the coordinator's Paxos ballot,
+        so this reads the offset of the clock Paxos uses, which ``now()`` alone does not prove."""
+        from cassandra import ConsistencyLevel
+        from cassandra.query import SimpleStatement
+
+        host = self._host(index)
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {STAMPS_TABLE} (k int PRIMARY KEY, v int)"
+        )
+        key = uuid.uuid4().int % 2**31
+        before = time.time()
+        self.session.execute(
+            f"INSERT INTO {STAMPS_TABLE} (k, v) VALUES ({key}, 1) IF NOT EXISTS", host=host
+        )
+        after = time.time()
+        read = SimpleStatement(
+            f"SELECT writetime(v) AS w FROM {STAMPS_TABLE} WHERE k = {key}",
+            consistency_level=ConsistencyLevel.QUORUM,  # the commit may not have reached all
+        )
+        row = self.session.execute(read, host=host).one()
+        return row.w / 1e6 - (before + after) / 2
+
+    def _host(self, index: int) -> Any:
+        address = self.cluster.node(index).address
+        return next(h for h in self.watcher.metadata.all_hosts() if h.address == address)
 
     def hosts_up(self) -> dict[str, bool]:
         return {h.address: bool(h.is_up) for h in self.watcher.metadata.all_hosts()}
