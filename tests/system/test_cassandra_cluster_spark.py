@@ -76,11 +76,11 @@ NODE_OFFSET_MS = 2000
 # machine (a compare-and-set's is longer: Paxos).
 NOW_TOLERANCE_S = 0.25
 CAS_TOLERANCE_S = 0.5
-# The longest stretch without a stream batch, between two client acks, or inside one client
-# call, through any of the faults: a quorum stays up throughout. A killed replica's
-# connections die at once; a frozen one is silent, and the driver leaves it within 16 s (its
-# heartbeat, engine/store/session.py) while its compare-and-sets wait out the 10 s freeze.
-# The partition test's bound, for the same reasons.
+# The longest stretch without a stream batch or between two client acks, through any of the
+# faults: a quorum stays up throughout. A killed replica's connections die at once; a frozen
+# one is silent, and the driver leaves it within 16 s (its heartbeat, engine/store/session.py)
+# while its compare-and-sets wait out the 10 s freeze. The partition test's bound, for the
+# same reasons.
 RESUME_BOUND_S = 25.0
 
 
@@ -230,9 +230,10 @@ def test_spark_and_clients_ride_through_kill_pause_and_rolling_restart(
     )
     for name, pause in pauses.items():
         assert pause < RESUME_BOUND_S, f"{name}: the stream stopped for {pause:.1f} s"
+    # A single call is printed, not bounded: a compare-and-set a frozen or stopping replica
+    # holds is not sent elsewhere blind, it may wait out the 20 s request timeout and then be
+    # settled by reading.
     assert figures["longest_ack_pause_s"] < RESUME_BOUND_S, figures
-    assert figures["longest_client_call_s"] < RESUME_BOUND_S, figures
-    assert to_stream[0][3] < RESUME_BOUND_S, f"a put into the stream took {to_stream[0][3]:.1f} s"
     admin.close()
 
 
