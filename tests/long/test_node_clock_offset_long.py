@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from support.cluster_faults import (
-    PROBE_KEYSPACE,
+    STAMPS_TABLE,
     Faults,
     check_client_traffic,
     consume,
@@ -73,31 +73,6 @@ def skewable() -> Iterator[Faults]:
         yield faults
 
 
-def cas_stamp_offset(faults: Faults, index: int) -> float:
-    """How far ahead of this process's clock node ``index`` stamps a compare-and-set it
-    coordinates (its Paxos ballot is the write time), seconds."""
-    from cassandra import ConsistencyLevel
-    from cassandra.query import SimpleStatement
-
-    host = next(
-        h
-        for h in faults.watcher.metadata.all_hosts()
-        if h.address == faults.cluster.node(index).address
-    )
-    table = f"{PROBE_KEYSPACE}.stamps"
-    faults.session.execute(f"CREATE TABLE IF NOT EXISTS {table} (k int PRIMARY KEY, v int)")
-    key = uuid.uuid4().int % 2**31
-    before = time.time()
-    faults.session.execute(f"INSERT INTO {table} (k, v) VALUES ({key}, 1) IF NOT EXISTS", host=host)
-    after = time.time()
-    read = SimpleStatement(
-        f"SELECT writetime(v) AS w FROM {table} WHERE k = {key}",
-        consistency_level=ConsistencyLevel.QUORUM,  # the commit may not have reached all three
-    )
-    row = faults.session.execute(read, host=host).one()
-    return row.w / 1e6 - (before + after) / 2
-
-
 def wait_behind_a_failed_cas(faults: Faults, ahead: int, behind: int) -> float:
     """Seconds a compare-and-set coordinated by node ``behind`` takes right after one whose
     condition failed on the same partition, coordinated by node ``ahead``: its ballot must be
@@ -107,10 +82,9 @@ def wait_behind_a_failed_cas(faults: Faults, ahead: int, behind: int) -> float:
     from cassandra.query import SimpleStatement
 
     hosts = {h.address: h for h in faults.watcher.metadata.all_hosts()}
-    table = f"{PROBE_KEYSPACE}.stamps"
     key = uuid.uuid4().int % 2**31
-    faults.session.execute(f"INSERT INTO {table} (k, v) VALUES ({key}, 1)")
-    update = f"UPDATE {table} SET v = %s WHERE k = {key} IF v = %s"
+    faults.session.execute(f"INSERT INTO {STAMPS_TABLE} (k, v) VALUES ({key}, 1)")
+    update = f"UPDATE {STAMPS_TABLE} SET v = %s WHERE k = {key} IF v = %s"
     failed = faults.session.execute(
         SimpleStatement(update % (2, 99)), host=hosts[faults.cluster.node(ahead).address]
     ).one()
@@ -158,7 +132,7 @@ def test_spark_and_clients_count_right_with_one_node_clock_off(
     skewable.restart_with_clock(SKEWED_NODE, offset_ms)
     measured = skewable.node_clock_offset(SKEWED_NODE)
     others = [skewable.node_clock_offset(i) for i in (1, 2)]
-    cas = cas_stamp_offset(skewable, SKEWED_NODE)
+    cas = skewable.cas_stamp_offset(SKEWED_NODE)
     print(
         f"\nnode {SKEWED_NODE} asked {offset_ms:+d} ms: now() {measured:+.3f} s, a "
         f"compare-and-set's write time {cas:+.3f} s; nodes 1, 2: "

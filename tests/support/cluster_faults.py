@@ -13,6 +13,7 @@ import collections
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -28,6 +29,9 @@ CLUSTER_PORT = 19042  # beside the development node on 9042/7000
 CLUSTER_STORAGE_PORT = 17000
 CLUSTER_NODES = 3
 PROBE_KEYSPACE = "cassieq_faults_probe"
+# Rows written by compare-and-sets through one chosen node, to read back the write time it
+# stamped (Faults.cas_stamp_offset).
+STAMPS_TABLE = f"{PROBE_KEYSPACE}.stamps"
 
 
 def eventually(check: Callable[[], T], timeout: float = 90.0, interval: float = 1.0) -> T:
@@ -74,6 +78,30 @@ def durable_cluster(
     if not any(cluster.is_node_running(i) for i in range(1, nodes + 1)):
         cluster.wipe()
     return cluster
+
+
+# A clock read whose round trip took this long or less bounds its error well enough (half of it).
+GOOD_ROUND_TRIP_S = 0.1
+CLOCK_SAMPLES = 5
+
+
+def best_offset(sample: Callable[[], tuple[float, float, float]]) -> float:
+    """A remote clock's offset from this process's, seconds, from ``sample()`` -> (the remote
+    time, this process's time before the request, after the reply). The remote time was taken
+    somewhere inside the round trip, so the midpoint is off by at most half of it: the sample
+    with the shortest round trip of up to ``CLOCK_SAMPLES`` is used (the first one within
+    ``GOOD_ROUND_TRIP_S`` ends the search): a read can wait a second or more in a queue before
+    the node stamps it, on a node just restarted among busy clients."""
+    best: tuple[float, float] | None = None  # (round trip, offset)
+    for _ in range(CLOCK_SAMPLES):
+        remote, before, after = sample()
+        trip = after - before
+        if best is None or trip < best[0]:
+            best = (trip, remote - (before + after) / 2)
+        if trip <= GOOD_ROUND_TRIP_S:
+            break
+    assert best is not None
+    return best[1]
 
 
 class Faults:
@@ -156,18 +184,52 @@ class Faults:
         return self.restart(index, timeout)
 
     def node_clock_offset(self, index: int) -> float:
-        """Node ``index``'s wall clock minus this process's, seconds (read through CQL)."""
+        """Node ``index``'s wall clock minus this process's, seconds (read through CQL; see
+        :func:`best_offset` for how far off it may be)."""
         from cassandra.query import SimpleStatement
 
-        host = next(
-            h
-            for h in self.watcher.metadata.all_hosts()
-            if h.address == self.cluster.node(index).address
-        )
+        host = self._host(index)
         stmt = SimpleStatement("SELECT toUnixTimestamp(now()) AS now FROM system.local")
-        before = time.time()
-        row = self.session.execute(stmt, host=host, timeout=10).one()
-        return row.now / 1000.0 - (before + time.time()) / 2
+
+        def sample() -> tuple[float, float, float]:
+            before = time.time()
+            row = self.session.execute(stmt, host=host, timeout=10).one()
+            return row.now / 1000.0, before, time.time()
+
+        return best_offset(sample)
+
+    def cas_stamp_offset(self, index: int) -> float:
+        """How far ahead of this process's clock node ``index`` stamps a compare-and-set it
+        coordinates, seconds: the write time of such a write is the coordinator's Paxos ballot,
+        so this reads the offset of the clock Paxos uses, which ``now()`` alone does not prove
+        (:func:`best_offset`: a Paxos round trip is longer, so is its error)."""
+        from cassandra import ConsistencyLevel
+        from cassandra.query import SimpleStatement
+
+        host = self._host(index)
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {STAMPS_TABLE} (k int PRIMARY KEY, v int)"
+        )
+
+        def sample() -> tuple[float, float, float]:
+            key = uuid.uuid4().int % 2**31
+            before = time.time()
+            self.session.execute(
+                f"INSERT INTO {STAMPS_TABLE} (k, v) VALUES ({key}, 1) IF NOT EXISTS", host=host
+            )
+            after = time.time()
+            read = SimpleStatement(
+                f"SELECT writetime(v) AS w FROM {STAMPS_TABLE} WHERE k = {key}",
+                consistency_level=ConsistencyLevel.QUORUM,  # the commit may not have reached all
+            )
+            row = self.session.execute(read, host=host).one()
+            return row.w / 1e6, before, after
+
+        return best_offset(sample)
+
+    def _host(self, index: int) -> Any:
+        address = self.cluster.node(index).address
+        return next(h for h in self.watcher.metadata.all_hosts() if h.address == address)
 
     def hosts_up(self) -> dict[str, bool]:
         return {h.address: bool(h.is_up) for h in self.watcher.metadata.all_hosts()}
