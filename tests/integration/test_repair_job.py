@@ -1,7 +1,9 @@
 """The repair job on the real Cassandra and a real local Spark.
 
 Most tests run the distributed pass in-process on the session's Spark (``run_pass``); the
-concurrency, crash and argument tests run the real ``jobs/repair.py`` as subprocesses.
+concurrency, crash and command-line tests run the real ``jobs/repair.py`` as subprocesses (each
+starts a Spark of its own, the dearest step here: a rerun after a crash runs in-process, and
+one looping job checks the environment fallbacks, the per-queue lines and the loop at once).
 """
 
 from __future__ import annotations
@@ -61,13 +63,16 @@ def _job_env() -> dict[str, str]:
     return env
 
 
-def _start_job(cassieq_options, *args: str) -> subprocess.Popen:
+def _start_job(cassieq_options, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The job on the test keyspace: through its connection flags, or (``env`` given) through
+    the ``CASSIEQ_*`` variables of ``env`` alone."""
+    flags = _job_args(cassieq_options) if env is None else []
     return subprocess.Popen(
-        [sys.executable, str(JOB), *_job_args(cassieq_options), *args],
+        [sys.executable, str(JOB), *flags, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_job_env(),
+        env=_job_env() if env is None else env,
         start_new_session=True,  # its own process group: the Spark JVM and workers die with it
     )
 
@@ -316,7 +321,7 @@ def test_two_jobs_at_once_republish_each_message_once(queue_client, queue, cassi
 
 
 def test_job_killed_mid_run_and_rerun_loses_and_duplicates_nothing(
-    queue_client, queue, cassieq_options
+    spark, queue_client, queue, config, cassieq_options
 ):
     n = 60
     payloads = _late_writes(queue_client, queue, n)
@@ -334,11 +339,11 @@ def test_job_killed_mid_run_and_rerun_loses_and_duplicates_nothing(
     job.wait(timeout=60)
     assert done_at_kill is not None and done_at_kill < n, "the kill should land mid-run"
     # Rerun until nothing is pending: copies whose blocks the killed job left open are
-    # themselves repaired a repair timeout later.
+    # themselves repaired a repair timeout later. The rerun is the job's pass in this process
+    # (a pass keeps no state between runs; the killed job's process is gone either way).
     for _ in range(4):
-        rc, out, err = _finish(_start_job(cassieq_options, "--queue", queue.name))
-        assert rc == 0, err
-        if _reports(out)[-1]["pending_ranges"] == 0:
+        [report] = run_pass(spark, config, [queue.name], RepairSettings())
+        if report.pending_ranges == 0:
             break
         time.sleep(TIMEOUT + 0.2)
     assert all(r.done for r in _skipped_rows(queue_client, queue))
@@ -385,7 +390,11 @@ def test_unknown_queue_is_reported(cassieq_options, queue_name):
     assert "Traceback" not in proc.stderr
 
 
-def test_environment_fallbacks_and_one_line_per_queue(queue_client, queue, cassieq_options):
+def test_environment_fallbacks_one_line_per_queue_and_pass_until_terminated(
+    queue_client, queue, cassieq_options
+):
+    """The job with no connection flags (the ``CASSIEQ_*`` variables instead), two queues and
+    ``--loop``: one line per queue and pass, in the order named, until SIGTERM ends it."""
     env = _job_env()
     env["CASSIEQ_CONTACT_POINTS"] = cassieq_options["contactPoints"]
     env["CASSIEQ_PORT"] = cassieq_options["port"]
@@ -393,39 +402,34 @@ def test_environment_fallbacks_and_one_line_per_queue(queue_client, queue, cassi
     other = f"{queue.name}_b"
     queue_client.create_queue(other, bucket_size=BUCKET, repair_timeout=TIMEOUT)
     try:
-        proc = subprocess.run(
-            [sys.executable, str(JOB), "--queue", queue.name, "--queue", other],
-            capture_output=True,
-            text=True,
+        job = _start_job(
+            cassieq_options,
+            *("--queue", queue.name, "--queue", other, "--loop", "--interval", "0.5"),
             env=env,
-            timeout=300,
         )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(lines) < 4 and job.poll() is None:
+            time.sleep(0.2)
+        job.send_signal(signal.SIGTERM)  # the driver only: it ends the loop and stops Spark
+        job.wait(timeout=120)
+        reader.join(timeout=10)
     finally:
         queue_client.delete_queue(other)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert [json.loads(line)["queue"] for line in lines] == [queue.name, other]
-    for line in lines:
-        keys = json.loads(line).keys()
-        for k in ("buckets_scanned", "republished", "lost_reservations", "buckets_reclaimed"):
-            assert k in keys
-        assert "repair_pointer" in keys
-
-
-def test_loop_runs_passes_until_terminated(queue_client, queue, cassieq_options):
-    job = _start_job(cassieq_options, "--queue", queue.name, "--loop", "--interval", "0.5")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(lines) < 2 and job.poll() is None:
-        time.sleep(0.2)
-    job.send_signal(signal.SIGTERM)  # the driver only: it ends the loop and stops Spark
-    job.wait(timeout=120)
-    reader.join(timeout=10)
     assert job.returncode == 0, job.stderr.read()
-    passes = [json.loads(line)["pass"] for line in lines]
-    assert passes[:2] == [1, 2]
+    reports = [json.loads(line) for line in lines]
+    assert [(r["queue"], r["pass"]) for r in reports[:4]] == [
+        (queue.name, 1),
+        (other, 1),
+        (queue.name, 2),
+        (other, 2),
+    ]
+    for report in reports:
+        for k in ("buckets_scanned", "republished", "lost_reservations", "buckets_reclaimed"):
+            assert k in report
+        assert "repair_pointer" in report
 
 
 # -- a republisher that died holding its block ---------------------------------------------------

@@ -6,11 +6,6 @@ row or a half-written failed task shows up whether or not a consumer would deliv
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -122,92 +117,6 @@ def test_two_queries_write_one_queue(sspark, cassieq_options, queue_client, queu
     rows = stored_rows(queue_client, queue_name, include_dead=True)
     assert len({r.id for r in rows}) == len(rows) == len(expected)
     assert sorted(bytes(r.payload).decode() for r in rows) == sorted(expected)
-
-
-RETRY_SCRIPT = textwrap.dedent(
-    """
-    import json, os, sys, time
-    from pathlib import Path
-    from pyspark import TaskContext
-    from pyspark.sql import SparkSession, functions as F
-    from cassieq_spark.spark import register
-
-    options, queue, src, ckpt, marker_dir = json.loads(sys.argv[1])
-    spark = (
-        SparkSession.builder.master("local[2,3]")  # up to 3 attempts per task
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        # small Arrow batches: the writer gets (and writes) rows before the failing row
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-
-    def fail_once(batches):
-        # A task that fails on its first attempt when it reaches row "...-line300", after the
-        # rows before it went down the pipeline to the writer.
-        ctx = TaskContext.get()
-        for batch in batches:
-            for start in range(0, batch.num_rows, 50):
-                part = batch.slice(start, 50)
-                if ctx.attemptNumber() == 0:
-                    hit = [v for v in part.column(0).to_pylist() if v.endswith("-line300")]
-                    if hit:
-                        Path(marker_dir, f"failed-{hit[0]}").touch()
-                        raise RuntimeError("injected failure after 300 rows")
-                yield part
-
-    df = spark.readStream.format("text").load(src).mapInArrow(fail_once, "value string")
-    q = (
-        df.writeStream.format("cassieq").options(**options).option("queue", queue)
-        .option("idBlockSize", "64").option("checkpointLocation", ckpt)
-        .trigger(availableNow=True).start()
-    )
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise SystemExit(f"query failed: {q.exception()}")
-    batch = spark.range(0, 500, numPartitions=1).select(
-        F.format_string("batch-line%d", "id").alias("value")
-    ).mapInArrow(fail_once, "value string")
-    batch.write.format("cassieq").options(**options).option("queue", queue).option(
-        "idBlockSize", "64"
-    ).mode("append").save()
-    spark.stop()
-    """
-)
-
-
-def test_retried_tasks_add_nothing_twice(cassieq_options, queue_client, queue_name, tmp_path):
-    # Real Spark task retries (local[2,3]). Observed here: the first attempt fails before the
-    # writer's Python worker has taken any row, so this proves the retry path end to end; the
-    # half-written cases are covered by test_null_value_in_stream_rolls_back_written_chunks
-    # (rollback) and test_task_after_crashed_attempt_rewrites_same_ids (open block rewritten).
-    queue_client.create_queue(queue_name, bucket_size=100)
-    src = tmp_path / "in"
-    lines = [f"s-line{i}" for i in range(500)]
-    write_text_files(src, {"f.txt": lines})
-    args = [cassieq_options, queue_name, str(src), str(tmp_path / "ckpt"), str(tmp_path)]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [sys.executable, "-c", RETRY_SCRIPT, json.dumps(args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT * 2,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    # both the streaming task and the batch task failed once, after 300 rows
-    assert sorted(p.name for p in tmp_path.glob("failed-*")) == [
-        "failed-batch-line300",
-        "failed-s-line300",
-    ]
-    expected = lines + [f"batch-line{i}" for i in range(500)]
-    live = stored_rows(queue_client, queue_name)
-    assert len({r.id for r in live}) == len(live)
-    assert sorted(bytes(r.payload).decode() for r in live) == sorted(expected)
-    info = queue_client.get_queue(queue_name)
-    assert monoton.horizon(queue_client.conn, info, 0).open_count == 0
 
 
 # -- bad inputs: each fails with a clear message and leaves the queue as it was ----------------
