@@ -26,7 +26,7 @@ def _delivered(client, info, lo: int, hi: int, run: str) -> list[tuple[int, int]
     """What one run's read of the id partition ``[lo, hi)`` delivers: (id, delivery count)."""
     end_ts = int(time.time() * 1000) + 60_000
     part = stream_deliveries.part_key("ids", lo, hi, (), end_ts=0)
-    earlier = stream_deliveries.earlier_runs(client.conn, info.queue_id, part, run)
+    earlier = stream_deliveries.EarlierRuns(client.conn, info.queue_id, part, run).count()
     rows = stream_read.read_id_path(client.conn, info, lo, hi, end_ts, ())
     counted = stream_deliveries.with_counts(
         client.conn, info, rows, earlier, info.max_delivery_count
@@ -44,12 +44,12 @@ def _letters(client, dlq: str) -> list:
 
 def test_each_run_counts_once_per_partition(queue_client):
     conn, qid = queue_client.conn, uuid.uuid4()
-    assert stream_deliveries.earlier_runs(conn, qid, "p", "run-1") == 0
-    assert stream_deliveries.earlier_runs(conn, qid, "p", "run-1") == 0  # a task retried
-    assert stream_deliveries.earlier_runs(conn, qid, "p", "run-2") == 1
-    assert stream_deliveries.earlier_runs(conn, qid, "p", "run-1") == 1
-    assert stream_deliveries.earlier_runs(conn, qid, "q", "run-3") == 0  # another partition
-    assert stream_deliveries.earlier_runs(conn, uuid.uuid4(), "p", "run-3") == 0
+    assert stream_deliveries.EarlierRuns(conn, qid, "p", "run-1").count() == 0
+    assert stream_deliveries.EarlierRuns(conn, qid, "p", "run-1").count() == 0  # a task retried
+    assert stream_deliveries.EarlierRuns(conn, qid, "p", "run-2").count() == 1
+    assert stream_deliveries.EarlierRuns(conn, qid, "p", "run-1").count() == 1
+    assert stream_deliveries.EarlierRuns(conn, qid, "q", "run-3").count() == 0  # another partition
+    assert stream_deliveries.EarlierRuns(conn, uuid.uuid4(), "p", "run-3").count() == 0
 
 
 def test_part_keys_name_the_range_or_the_timer_ids_and_the_batch_time():

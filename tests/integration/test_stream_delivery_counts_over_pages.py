@@ -29,7 +29,7 @@ def _delivered(client, info, lo: int, hi: int, run: str, **kw) -> list[tuple[int
     """What one run's read of the id partition ``[lo, hi)`` delivers: (id, delivery count)."""
     end_ts = int(time.time() * 1000) + 60_000
     part = stream_deliveries.part_key("ids", lo, hi, (), end_ts=0)
-    earlier = stream_deliveries.earlier_runs(client.conn, info.queue_id, part, run)
+    earlier = stream_deliveries.EarlierRuns(client.conn, info.queue_id, part, run).count()
     pages = columns.read_id_path(client.conn, info, lo, hi, end_ts, ())
     counted = stream_deliveries.with_counts_pages(
         client.conn, info, pages, earlier, info.max_delivery_count, **kw

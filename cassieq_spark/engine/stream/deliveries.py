@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CountedPage",
     "EarlierRuns",
-    "earlier_runs",
     "part_key",
     "with_counts",
     "with_counts_pages",
@@ -84,12 +83,6 @@ class EarlierRuns:
         runs = {r.run for r in self._runs.result()}
         self._recorded.result()
         return len(runs - {self.run})
-
-
-def earlier_runs(conn: Connection, queue_id: uuid.UUID, part: str, run: str) -> int:
-    """:class:`EarlierRuns` at once: record that ``run`` reads ``part``, return how many other
-    runs read it before."""
-    return EarlierRuns(conn, queue_id, part, run).count()
 
 
 def with_counts(
