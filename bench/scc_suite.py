@@ -248,9 +248,13 @@ class SccJob:
         log.info("scc %dB rep %d: default write %.0f/s, tuned write %.0f/s", size, rep,
                  w["default_write"][-1]["rate"], w["tuned_write"][-1]["rate"])  # fmt: skip
 
-    def _read(self, size: int, rep: int) -> None:
+    def _ensure_written(self, size: int, rep: int) -> None:
+        """The tables a read of repeat ``rep`` reads, written first if no sink suite did."""
         if len(self.runs[str(size)]["tuned_write"]) <= rep % self.cfg.repeats:
-            self._writes(size, rep % self.cfg.repeats)  # no sink suite in this run: write first
+            self._writes(size, rep % self.cfg.repeats)
+
+    def _read(self, size: int, rep: int) -> None:
+        self._ensure_written(size, rep)
         table = f"{self.prefix}_{size}_tuned_{rep % self.cfg.repeats}"
         r = self._ask(op="read", size=size, table=table)
         self.runs[str(size)]["read"].append(r)
@@ -263,8 +267,7 @@ class SccJob:
         """The read of the tuned 100 B table of the same repeat (the source suite reads 100 B
         messages), its table written first if no sink suite did; returns the read's CPU
         microseconds per row by kind of process (``cpu_split``), or None if it failed."""
-        if len(self.runs["100"]["tuned_write"]) <= rep % self.cfg.repeats:
-            self._guarded(self._writes, 100, rep % self.cfg.repeats)
+        self._guarded(self._ensure_written, 100, rep)  # outside the read's CPU split
         with CpuSplit() as split:
             self._guarded(self._read, 100, rep)
         if self.error is not None:
