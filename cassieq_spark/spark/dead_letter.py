@@ -5,15 +5,17 @@ The returned DataFrame has the sink's columns: ``value``, ``headers`` (the messa
 its origin queue, origin id, delivery count and the reason, under the same header names the
 client's dead-lettering uses) and ``queue`` (the origin queue's dead-letter queue, so the
 sink's routing sends each row to the right one, also for a query on several queues). Written
-with the sink inside ``foreachBatch`` with a ``writeId`` of the batch id, a replayed batch
-writes each dead letter once; the originals are acked with the batch, as every delivered
-message is, so a rejected message ends up in the dead-letter queue only::
+with the sink inside ``foreachBatch`` with a ``writeId`` keyed by the batch (options
+``batchId`` and ``queryCheckpoint``), a replayed batch writes each dead letter once; the
+originals are acked with the batch, as every delivered message is, so a rejected message ends
+up in the dead-letter queue only::
 
     def process(batch, batch_id):
         bad = batch.where(...).withColumn("reason", ...)
         (dead_letter(bad, reason_col="reason", **conn)
             .write.format("cassieq").options(**conn)
-            .option("writeId", f"orders-dlq-{batch_id}").mode("append").save())
+            .option("writeId", "orders-dlq").option("batchId", batch_id)
+            .option("queryCheckpoint", checkpoint).mode("append").save())
 """
 
 from __future__ import annotations

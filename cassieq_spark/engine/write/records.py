@@ -1,0 +1,71 @@
+"""Small records that a replayed write must find as its first attempt left them, kept in the
+``reservation_keys`` table beside the replay keys (same 14-day TTL, so a record lives exactly
+as long as the keys whose replay it guards).
+
+A record is two bigints under ``(owner, key)``. ``owner`` is a queue's id for a record about
+that queue, or one of the fixed owners below for a record that belongs to no single queue (the
+queues of a routed write, the target of a streaming query): their ids are no queue's (queue ids
+are random UUIDs, version 4; these are version 5), and nothing scans the table by ``owner``.
+
+:func:`first` is a compare-and-set: the first writer's values win and every later caller gets
+them back, so attempts of one write agree on one record whatever order they run in.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ..store.session import Connection
+
+# The owner of the destination records of routed writes (see ``routed_write.py``).
+ROUTES = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:routed-write-destinations")
+# The owner of streaming sinks' target records, keyed by query id (see ``spark/sink_target.py``).
+TARGETS = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:stream-sink-targets")
+
+_READ = "SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?"
+
+
+def read(conn: Connection, owner: uuid.UUID, key: str) -> tuple[int, int] | None:
+    row = conn.execute(_READ, (owner, key)).one()
+    return None if row is None else (row.lo, row.hi)
+
+
+def first(conn: Connection, owner: uuid.UUID, key: str, lo: int, hi: int) -> tuple[int, int]:
+    """Record ``(lo, hi)`` under ``key`` unless a record is there; returns the one that holds."""
+    cas = conn.cas(
+        "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) "
+        "IF NOT EXISTS",
+        (owner, key, lo, hi),
+        read=_READ,
+        read_params=(owner, key),
+        applied=lambda row: row is not None and (row.lo, row.hi) == (lo, hi),
+    )
+    if cas.was_applied:
+        return lo, hi
+    row = cas.row
+    if row is None:  # settled by a read that found nothing: nobody holds the key
+        return first(conn, owner, key, lo, hi)
+    return row.lo, row.hi
+
+
+def put(conn: Connection, owner: uuid.UUID, key: str, lo: int, hi: int) -> None:
+    """Overwrite the record (a caller told to accept a change)."""
+    conn.execute(
+        "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?)",
+        (owner, key, lo, hi),
+    )
+
+
+def uuid_halves(u: uuid.UUID) -> tuple[int, int]:
+    """A UUID as two signed 64-bit integers (a record's ``lo`` and ``hi``)."""
+    hi, lo = divmod(u.int, 1 << 64)
+    return _signed(hi), _signed(lo)
+
+
+def uuid_of(halves: tuple[int, int]) -> uuid.UUID:
+    hi, lo = (h & ((1 << 64) - 1) for h in halves)
+    return uuid.UUID(int=(hi << 64) | lo)
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
