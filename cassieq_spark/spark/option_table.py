@@ -390,6 +390,14 @@ OPTIONS: tuple[Option, ...] = (
         "path", _SINK, TEXT, None, "Spark's own, added to every sink's options", documented=False
     ),
     Option(
+        "queryName",
+        _SINK,
+        TEXT,
+        None,
+        "Spark's own, added to a named query's sink options",
+        documented=False,
+    ),
+    Option(
         "writeId",
         _SINK,
         Custom(f"up to {WRITE_ID_MAX} characters", check=_write_id),

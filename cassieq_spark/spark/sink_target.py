@@ -81,10 +81,14 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
         return
     store, why = _Store.open(checkpoint)
     if store is None:
-        scheme = urlparse(checkpoint).scheme
+        where = qualified(checkpoint)
+        scheme = urlparse(where).scheme
+        shown = checkpoint
+        if where != checkpoint:  # a path without a scheme, on a default file system elsewhere
+            shown = f"{checkpoint} ({where}: Spark's default file system, fs.defaultFS)"
         if not allow_change:
             raise ConfigError(
-                f"the cassieq sink cannot open the checkpoint {checkpoint} (scheme {scheme!r}: "
+                f"the cassieq sink cannot open the checkpoint {shown} (scheme {scheme!r}: "
                 f"{why}) from the Python process that plans it, so it cannot check that a "
                 "restarted query writes to the queue its replayed batch went to. Put the "
                 "checkpoint on a file system Python opens (a local path, file:, hdfs://, s3://, "
@@ -95,7 +99,7 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
         log.warning(
             "checkpoint %s (scheme %r): cannot open it from Python (%s); the cassieq sink runs "
             "without checking its target (allowTargetChange=true)",
-            checkpoint,
+            shown,
             scheme,
             why,
         )
