@@ -1,6 +1,7 @@
 """Small records that a replayed write must find as its first attempt left them, kept in the
 ``reservation_keys`` table beside the replay keys (same 14-day TTL, so a record lives exactly
-as long as the keys whose replay it guards).
+as long as the keys whose replay it guards). A text record (:func:`first_text`) lives in
+``stream_reads``, whose rows carry text and expire after the same 14 days.
 
 A record is two bigints under ``(owner, key)``. ``owner`` is a queue's id for a record about
 that queue, or one of the fixed owners below for a record that belongs to no single queue (the
@@ -21,6 +22,9 @@ from ..store.session import Connection
 ROUTES = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:routed-write-destinations")
 # The owner of streaming sinks' target records, keyed by query id (see ``spark/sink_target.py``).
 TARGETS = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:stream-sink-targets")
+
+# The owner of the dead-letter routes a batch's dead_letter() used (see ``spark/dead_letter.py``).
+DEAD_LETTER_ROUTES = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:dead-letter-routes")
 
 _READ = "SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?"
 
@@ -69,3 +73,32 @@ def uuid_of(halves: tuple[int, int]) -> uuid.UUID:
 
 def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def first_text(conn: Connection, owner: uuid.UUID, key: str, text: str) -> str:
+    """Record ``text`` under ``key`` unless a text is there; returns the one that holds.
+
+    One ``stream_reads`` partition per key: an empty marker row and the text as a row of its
+    own, inserted by one conditional batch on the marker, so only the first writer's text is
+    ever there."""
+    batch = (
+        "BEGIN BATCH "
+        "INSERT INTO {ks}.stream_reads (queue_id, part, run) VALUES (?, ?, '') IF NOT EXISTS "
+        "INSERT INTO {ks}.stream_reads (queue_id, part, run) VALUES (?, ?, ?) "
+        "APPLY BATCH"
+    )
+    read = "SELECT run FROM {ks}.stream_reads WHERE queue_id = ? AND part = ? AND run = ''"
+    conn.cas(
+        batch,
+        (owner, key, owner, key, text),
+        read=read,
+        read_params=(owner, key),
+        applied=lambda row: row is not None,
+    )
+    rows = conn.execute(
+        "SELECT run FROM {ks}.stream_reads WHERE queue_id = ? AND part = ?", (owner, key)
+    ).all()
+    texts = [r.run for r in rows if r.run]
+    if len(texts) != 1:  # never, but an unreadable record must not route anything
+        raise RuntimeError(f"record {key!r}: {len(texts)} texts under one marker")
+    return texts[0]
