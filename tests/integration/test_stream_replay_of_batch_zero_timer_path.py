@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from cassieq_spark.engine.core.clock import TIMER_SETTLE_SLOTS
+from cassieq_spark.engine.core import pointers
+from cassieq_spark.engine.core.clock import TIMER_SETTLE_SLOTS, timer_slot
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +48,15 @@ def test_a_client_delivery_after_the_lease_lapsed_does_not_take_a_timer_row_out_
     assert [i for i, _ in first] == ids
     first_run.reader.stop()  # dies before Spark's commit: the lease is free for clients
 
-    # Past the settle margin twice over, a client get delivers the message (its first delivery,
-    # which a replay undoes) and one more get moves the invisibility pointer beyond the slot
-    # the first attempt's timer path started at.
-    time.sleep(2 * TIMER_SETTLE_SLOTS + 1.5)
-    again = q.get(queue_name, visibility_timeout=30)
+    again = q.get(queue_name, visibility_timeout=30)  # its first delivery: a replay undoes it
     assert again is not None and again.id == ids[0]
-    assert q.get(queue_name) is None  # a get that finds nothing moves the pointer over the slot
+    # A client get that finds nothing moves the invisibility pointer to its time minus the
+    # settle margin; ten seconds on, that is past the slot the first attempt's timer path
+    # started at. Moved here as such a get would, rather than waited for.
+    due_slot = timer_slot(int(end["ts"]) / 1000)
+    assert pointers.advance(
+        q.conn, q.get_queue(queue_name), "timer_slot", due_slot + 2 * TIMER_SETTLE_SLOTS
+    )
 
     replay_run = drivers(queue_name, consumerId="k3")
     replay_start = replay_run.start()  # Spark asks initialOffset() again for batch 0
