@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import uuid
 
+from ...errors import ContentionError
 from ..store.session import Connection
+
+CLAIM_ATTEMPTS = 5  # tries of a record's compare-and-set whose outcome reads as "nobody"
 
 # The owner of the destination records of routed writes (see ``routed_write.py``).
 ROUTES = uuid.uuid5(uuid.NAMESPACE_URL, "cassieq:routed-write-destinations")
@@ -36,20 +39,25 @@ def read(conn: Connection, owner: uuid.UUID, key: str) -> tuple[int, int] | None
 
 def first(conn: Connection, owner: uuid.UUID, key: str, lo: int, hi: int) -> tuple[int, int]:
     """Record ``(lo, hi)`` under ``key`` unless a record is there; returns the one that holds."""
-    cas = conn.cas(
-        "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) "
-        "IF NOT EXISTS",
-        (owner, key, lo, hi),
-        read=_READ,
-        read_params=(owner, key),
-        applied=lambda row: row is not None and (row.lo, row.hi) == (lo, hi),
+    for _ in range(CLAIM_ATTEMPTS):
+        cas = conn.cas(
+            "INSERT INTO {ks}.reservation_keys (queue_id, key, lo, hi) VALUES (?, ?, ?, ?) "
+            "IF NOT EXISTS",
+            (owner, key, lo, hi),
+            read=_READ,
+            read_params=(owner, key),
+            applied=lambda row: row is not None and (row.lo, row.hi) == (lo, hi),
+        )
+        if cas.was_applied:
+            return lo, hi
+        row = cas.row
+        if row is not None:
+            return row.lo, row.hi
+        # Settled by a read that found nothing (the round timed out): nobody holds the key.
+    raise ContentionError(
+        f"record {key!r}: its compare-and-set stayed unsettled in {CLAIM_ATTEMPTS} tries; "
+        "Cassandra is overloaded or partitioned: retry"
     )
-    if cas.was_applied:
-        return lo, hi
-    row = cas.row
-    if row is None:  # settled by a read that found nothing: nobody holds the key
-        return first(conn, owner, key, lo, hi)
-    return row.lo, row.hi
 
 
 def put(conn: Connection, owner: uuid.UUID, key: str, lo: int, hi: int) -> None:
