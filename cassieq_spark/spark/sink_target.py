@@ -209,7 +209,9 @@ def check_query_target(conn: Connection, query_id: str, target: Target, allow_ch
     cache = (conn.keyspace, query_id)
     if _checked_queries.get(cache) == want:
         return
-    got = records.first(conn, records.TARGETS, key, *want)
+    got = records.read(conn, records.TARGETS, key)
+    if got is None:
+        got = records.first(conn, records.TARGETS, key, *want)
     if got != want:
         before = "the queues its rows name" if got == (0, 0) else _queue_named(conn, got)
         if not allow_change:

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.integration
 SCHEMA = StructType([StructField("value", StringType()), StructField("queue", StringType())])
 
 
-def _run(cassieq_options, values, dests, **options):
+def _run(cassieq_options, write_id, values, dests, **options):
     plan = plan_sink(
-        {**cassieq_options, "writeId": "moved", "writeIdScope": "global", **options},
+        {**cassieq_options, "writeId": write_id, "writeIdScope": "global", **options},
         SCHEMA,
         overwrite=False,
         streaming=False,
@@ -44,19 +44,24 @@ def test_a_replay_that_routes_rows_to_another_queue_fails_and_writes_nothing(
     for q in (a, b):
         queue_client.create_queue(q, bucket_size=100)
     values = [f"v{i}" for i in range(10)]
-    first = _run(cassieq_options, values, [a] * 10)
+    write_id = f"moved-{queue_name}"  # its own: a global writeId's records are keyspace-wide
+    first = _run(cassieq_options, write_id, values, [a] * 10)
     assert (first.written, first.replayed) == (10, 0)
 
     with pytest.raises(ReplayMismatchError) as err:
-        _run(cassieq_options, values, [b] * 10)  # the routing changed since the first attempt
+        _run(
+            cassieq_options, write_id, values, [b] * 10
+        )  # the routing changed since the first attempt
     assert b in str(err.value) and "earlier attempt" in str(err.value)
     with pytest.raises(ReplayMismatchError):
-        _run(cassieq_options, values, [a] * 5 + [b] * 5)  # a queue more: also another set
+        _run(cassieq_options, write_id, values, [a] * 5 + [b] * 5)  # a queue more: also another set
     assert drain(queue_client, b) == Counter(), "nothing of the refused replays is delivered"
 
-    same = _run(cassieq_options, values, [a] * 10)  # the first routing again: a plain replay
+    same = _run(
+        cassieq_options, write_id, values, [a] * 10
+    )  # the first routing again: a plain replay
     assert (same.written, same.replayed) == (0, 10)
-    moved = _run(cassieq_options, values, [b] * 10, replayMismatch="writeAgain")
+    moved = _run(cassieq_options, write_id, values, [b] * 10, replayMismatch="writeAgain")
     assert moved.queues == {b: (10, 0)}
     assert drain(queue_client, a) == Counter(values)
     assert drain(queue_client, b) == Counter(values)  # writeAgain: written again, as asked

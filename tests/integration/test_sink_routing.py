@@ -125,7 +125,7 @@ def test_retried_routed_task_writes_each_queue_once(
         {
             **cassieq_options,
             "idBlockSize": "32",
-            "writeId": "routed-retry",
+            "writeId": f"routed-retry-{queue_name}",  # a global writeId: keyspace-wide
             "writeIdScope": "global",
         },
         sspark.createDataFrame([], schema).schema,
