@@ -31,6 +31,7 @@ statements it matches, drawn from its own seeded generator::
 
     inject(LOST_REPLY, is_write, times=None, rate=0.05)            # seed drawn and logged
     inject(LOST_REPLY, is_write, times=None, rate=0.05, seed=7)    # the same draws again
+    inject(LOST_REPLY, r"^DELETE FROM", wait=0.6)   # the timeout reaches the caller 0.6 s on
 
 and for a whole run, in every process that inherits the variable::
 
@@ -95,6 +96,7 @@ class Rule:
     hits: int = 0
     rate: float = 1.0  # the share of matching statements disturbed
     draws: random.Random | None = None  # seeded; used only when rate < 1
+    wait: float = 0.0  # seconds the caller waits before its error (the driver's timeout)
 
     def take(self, cql: str) -> bool:
         if self.times is not None and self.hits >= self.times:
@@ -173,6 +175,7 @@ def _rule(
     times: int | None,
     rate: float,
     seed: int | None,
+    wait: float = 0.0,
 ) -> Rule:
     if mode not in MODES:
         raise ValueError(f"fault mode must be one of {MODES}, got {mode!r}")
@@ -184,7 +187,7 @@ def _rule(
             seed = random.SystemRandom().randrange(2**31)
         draws = random.Random(seed)
         log.warning("fault seed %d for %s at rate %g (pid %d)", seed, mode, rate, os.getpid())
-    return Rule(mode, _matcher(match), times, rate=rate, draws=draws)
+    return Rule(mode, _matcher(match), times, rate=rate, draws=draws, wait=wait)
 
 
 def inject(
@@ -194,11 +197,14 @@ def inject(
     *,
     rate: float = 1.0,
     seed: int | None = None,
+    wait: float = 0.0,
 ) -> Rule:
     """Disturb statements whose CQL matches ``match`` (a regex or a predicate, e.g.
     :func:`is_write`): each matching one with probability ``rate`` (seeded by ``seed``, drawn
-    and logged when None), until ``times`` were disturbed (None: no limit)."""
-    rule = _rule(mode, match, times, rate, seed)
+    and logged when None), until ``times`` were disturbed (None: no limit). ``wait``: the
+    caller gets its error that many seconds after the statement ran (or would have), as a
+    request timeout comes late; only the calling thread waits, not the seam."""
+    rule = _rule(mode, match, times, rate, seed, wait)
     with state.lock:
         state.rules.append(rule)
     return rule
@@ -231,13 +237,19 @@ def reset() -> None:
 
 def take(cql: str) -> str | None:
     """The fault to apply to one execution of ``cql``, if any."""
+    rule = taken(cql)
+    return None if rule is None else rule.mode
+
+
+def taken(cql: str) -> Rule | None:
+    """The rule that disturbs one execution of ``cql``, if any (its ``mode`` and ``wait``)."""
     if not state.rules:
         return None
     with state.lock:
         for rule in state.rules:
             if rule.take(cql):
                 log.info("fault %s injected into: %s", rule.mode, cql[:100])
-                return rule.mode
+                return rule
     return None
 
 
