@@ -90,6 +90,10 @@ class Settled(enum.Enum):
     CLOSED = "closed: readers deliver the rows"
     TO_REPAIR = "handed to repair, which delivers the rows"
     REPAIRED = "handed to repair and repaired before all rows landed: some are never delivered"
+    FORGOTTEN = (
+        "handed to repair, which read every row, delivered them as copies and forgot the range: "
+        "the copies' ids are no longer known"
+    )
     ROLLED_BACK = "rolled back by another attempt of this write, which had reserved them"
 
 
@@ -302,12 +306,28 @@ def _skipped_before_close(conn: Connection, queue: QueueInfo, res: monoton.Reser
     return row is not None
 
 
-def settle(conn: Connection, queue: QueueInfo, block: Block, plain: bool | None = None) -> Settled:
+def settle(
+    conn: Connection,
+    queue: QueueInfo,
+    block: Block,
+    plain: bool | None = None,
+    *,
+    written_in_time: bool = False,
+) -> Settled:
     """Close ``block`` once all its rows are written, and say whether they will be delivered:
-    CLOSED and TO_REPAIR mean yes; REPAIRED and ROLLED_BACK mean they must be written again
-    (the caller still has them, or fails so that its retry does). ``plain``: for a block of
-    our own, the caller's :func:`monoton.closes_plainly`, so that the close is the one the
-    caller counted on."""
+    CLOSED, TO_REPAIR and FORGOTTEN mean yes; REPAIRED and ROLLED_BACK mean they must be
+    written again (the caller still has them, or fails so that its retry does). ``plain``: for
+    a block of our own, the caller's :func:`monoton.closes_plainly`, so that the close is the
+    one the caller counted on.
+
+    ``written_in_time``: every row of our own block was written (its reply back) within half
+    the repair timeout of the reservation, measured on this writer's monotonic clock from
+    before it. No reader can have skipped the block by then (the clock condition), so any
+    repair of its range read every row: when that repair has also forgotten the range (its
+    bucket reclaimed, the keys of its copies dropped), the rows were delivered as copies and
+    are not written again, however long the writer stalled before this close (FORGOTTEN).
+    Without it such a writer cannot tell repaired rows from rows that landed after repair's
+    read, and writes them all again (REPAIRED)."""
     res = block.res
     if block.own:
         own = _close_own(conn, queue, res, plain)
@@ -326,6 +346,15 @@ def settle(conn: Connection, queue: QueueInfo, block: Block, plain: bool | None 
             res.hi,
         )
         return Settled.TO_REPAIR
+    if written_in_time and block.own:
+        log.warning(
+            "queue %s: ids %d..%d were repaired and forgotten before their writer closed them; "
+            "repair delivered them as copies, so nothing is written again",
+            queue.name,
+            res.lo,
+            res.hi,
+        )
+        return Settled.FORGOTTEN
     return Settled.REPAIRED
 
 
