@@ -61,7 +61,18 @@ def test_the_whole_run_variable_names_scope_rate_and_seed(monkeypatch):
     faults.reset()
     assert faults.take(PLAIN_DELETE) is None
     assert faults.take(CAS_DELETE) == faults.LOST_REPLY
-    for bad in ("lost-reply:writes", "lost-reply:reads:0.1", "lost-reply:writes:0", "retried"):
+    monkeypatch.setenv(faults.ENV, "lost-reply:writes:0.5:3:0.25")
+    faults.reset()
+    [rule] = faults.state.rules
+    assert (rule.rate, rule.wait) == (0.5, 0.25)
+    for bad in (
+        "lost-reply:writes",
+        "lost-reply:reads:0.1",
+        "lost-reply:writes:0",
+        "lost-reply:writes:0.1:x",
+        "lost-reply:writes:0.1:1:-1",
+        "retried",
+    ):
         with pytest.raises(ValueError, match="lost-reply:SCOPE:RATE"):
             faults.parse_env(bad)
 

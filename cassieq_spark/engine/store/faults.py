@@ -35,12 +35,13 @@ statements it matches, drawn from its own seeded generator::
 
 and for a whole run, in every process that inherits the variable::
 
-    CASSIEQ_FAULTS=lost-reply:SCOPE:RATE[:SEED]     e.g. lost-reply:writes:0.05:7
+    CASSIEQ_FAULTS=lost-reply:SCOPE:RATE[:SEED[:WAIT]]     e.g. lost-reply:writes:0.05:7:0.5
 
 ``SCOPE`` is ``conditional`` (the compare-and-sets, as plain ``lost-reply``) or ``writes``
 (every statement that changes something: inserts, updates, deletes and batches, conditional or
 not; a plain write whose reply is lost has applied, and its caller gets the driver's
-``WriteTimeout``). ``RATE`` is the share disturbed, in (0, 1]. Each rule logs its seed at
+``WriteTimeout``). ``RATE`` is the share disturbed, in (0, 1]; ``WAIT`` the seconds before
+the caller gets its error (``wait`` above, default 0). Each rule logs its seed at
 WARNING when it is made (``fault seed S for lost_reply at rate R (pid P)``), so a failing run
 can be replayed: a process given ``SEED`` draws the same sequence again; which statement gets
 which draw still depends on thread scheduling. Without ``SEED`` each process draws its own.
@@ -256,39 +257,40 @@ def taken(cql: str) -> Rule | None:
 SCOPES: dict[str, Callable[[str], bool]] = {"conditional": is_conditional, "writes": is_write}
 
 
-def parse_env(spec: str) -> tuple[Callable[[str], bool], float, int | None] | None:
-    """``CASSIEQ_FAULTS``'s value as (matcher, rate, seed); None when empty (see the module
-    docstring for the forms)."""
+def parse_env(spec: str) -> tuple[Callable[[str], bool], float, int | None, float] | None:
+    """``CASSIEQ_FAULTS``'s value as (matcher, rate, seed, wait); None when empty (see the
+    module docstring for the forms)."""
     spec = spec.strip().lower().replace("_", "-")
     if not spec:
         return None
     usage = (
-        f"{ENV}={spec!r}: use 'lost-reply' or 'lost-reply:SCOPE:RATE[:SEED]' "
-        f"with SCOPE one of {sorted(SCOPES)}, RATE in (0, 1], SEED an integer"
+        f"{ENV}={spec!r}: use 'lost-reply' or 'lost-reply:SCOPE:RATE[:SEED[:WAIT]]' "
+        f"with SCOPE one of {sorted(SCOPES)}, RATE in (0, 1], SEED an integer, WAIT seconds >= 0"
     )
     head, *rest = spec.split(":")
-    if head != "lost-reply" or len(rest) == 1 or len(rest) > 3:
+    if head != "lost-reply" or len(rest) == 1 or len(rest) > 4:
         raise ValueError(usage)
     if not rest:
-        return is_conditional, 1.0, None
+        return is_conditional, 1.0, None, 0.0
     if rest[0] not in SCOPES:
         raise ValueError(usage)
     try:
         rate = float(rest[1])
-        seed = int(rest[2]) if len(rest) == 3 else None
+        seed = int(rest[2]) if len(rest) >= 3 else None
+        wait = float(rest[3]) if len(rest) == 4 else 0.0
     except ValueError:
         raise ValueError(usage) from None
-    if not 0 < rate <= 1:
+    if not 0 < rate <= 1 or not wait >= 0:
         raise ValueError(usage)
-    return SCOPES[rest[0]], rate, seed
+    return SCOPES[rest[0]], rate, seed, wait
 
 
 def _from_env() -> None:
     parsed = parse_env(os.environ.get(ENV, ""))
     if parsed is None:
         return
-    match, rate, seed = parsed
-    state.rules.append(_rule(LOST_REPLY, match, None, rate, seed))
+    match, rate, seed, wait = parsed
+    state.rules.append(_rule(LOST_REPLY, match, None, rate, seed, wait))
 
 
 _from_env()
