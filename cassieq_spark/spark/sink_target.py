@@ -52,6 +52,12 @@ _checked: dict[str, Target] = {}  # checkpoint -> target already checked by this
 _checked_queries: dict[tuple[str, str], tuple[int, int]] = {}
 
 
+def forget_checked() -> None:
+    """Forget which checkpoints this process checked, so that the next check reads the
+    checkpoint's target file again, as a new driver process does."""
+    _checked.clear()
+
+
 @dataclass(frozen=True)
 class Target:
     cluster: str
