@@ -40,6 +40,5 @@ def test_a_replayed_batch_routes_its_dead_letters_as_its_first_attempt_did(
     queue_client.update_queue(origin, dead_letter_queue=new)  # while batch 0 is uncommitted
     assert routed(0) == [old], "the replay of batch 0 routes as its first attempt"
     assert routed(1) == [new], "the next batch takes the new setting"
-    assert [r.queue for r in cassieq_spark.dead_letter(rows, **cassieq_options).collect()] == [new]
     with pytest.raises(ConfigError, match="both or neither"):
         cassieq_spark.dead_letter(rows, batch_id=1, **cassieq_options)
