@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from cassieq_spark.errors import ConfigError
+from cassieq_spark.spark import sink_target
 from cassieq_spark.spark.sink_target import FILE_NAME, Target, check_target, qualified
 
 pytestmark = pytest.mark.unit
@@ -45,6 +46,8 @@ def test_a_path_without_a_scheme_is_on_sparks_default_file_system(
         "<configuration><property><name>fs.defaultFS</name>"
         "<value>hdfs://namenode.invalid:8020</value></property></configuration>"
     )
+    # as in the Python worker that plans a running query's sink: no Spark JVM to ask
+    monkeypatch.setattr(sink_target, "spark_jvm", lambda: None)
     monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     monkeypatch.delenv("SPARK_HOME", raising=False)
@@ -64,6 +67,7 @@ def test_a_path_without_a_scheme_stays_local_when_the_default_file_system_is(
     conf = tmp_path / "spark-conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.hadoop.fs.defaultFS  file:///\n")
+    monkeypatch.setattr(sink_target, "spark_jvm", lambda: None)
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
     monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
     assert qualified(str(tmp_path / "ck")) == str(tmp_path / "ck")
