@@ -40,11 +40,14 @@ from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
+from .engine.core.progress import ProgressSink
 from .engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
 from .engine.store.roles import create_app_role
 from .engine.store.session import Connection
+from .engine.upkeep.batch_moves import DEFAULT_BATCH as DEFAULT_MOVE_BATCH
+from .engine.upkeep.batch_moves import move_in_batches, remaining_estimate
 from .engine.upkeep.moves import MoveReport, move_messages
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
@@ -606,10 +609,18 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move dead letters back to ``to``, each exactly once, keeping their provenance
         headers and counting redrives in ``cassieq-redrive-count``. ``dead_letter_queue`` must
-        be some queue's dead-letter queue (else :meth:`move` is the call)."""
+        be some queue's dead-letter queue (else :meth:`move` is the call). Messages move
+        ``batch_size`` at a time (1 to 1,000), at most ``rate`` per second (None: no limit);
+        ``progress`` receives the counts as they grow; ``one_at_a_time``: the slower path
+        that claims, writes and acks each message on its own (for comparison)."""
         source = self._queue(dead_letter_queue)
         if not any(q.dead_letter_queue == source.name for q in self.list_queues()):
             raise ConfigError(
@@ -617,7 +628,17 @@ class QueueClient:
                 "moves dead letters back; use move (cassieq move) for the messages of another "
                 "queue"
             )
-        return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
+        return self._move(
+            dead_letter_queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=True,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("move")
     def move(
@@ -626,10 +647,25 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move visible messages of ``queue`` to ``to``, each exactly once (header
-        ``cassieq-moved-from`` names the source)."""
-        return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
+        ``cassieq-moved-from`` names the source); the options are :meth:`redrive`'s."""
+        return self._move(
+            queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=False,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("purge")
     def purge(self, queue: str) -> PurgeReport:
@@ -638,7 +674,17 @@ class QueueClient:
         return purge_queue(self.conn, self._queue(queue))
 
     def _move(
-        self, source: str, to: str, max_messages: int | None, vt: float, *, redrive: bool
+        self,
+        source: str,
+        to: str,
+        max_messages: int | None,
+        vt: float,
+        *,
+        redrive: bool,
+        batch_size: int,
+        rate: float | None,
+        progress: ProgressSink | None,
+        one_at_a_time: bool,
     ) -> MoveReport:
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
@@ -646,15 +692,35 @@ class QueueClient:
             raise ConfigError(
                 f"max_messages must be a positive integer or None, got {max_messages!r}"
             )
-        return move_messages(
+        src, dst = self._queue(source), self._queue(to)
+        if one_at_a_time:
+            return move_messages(
+                self.conn,
+                self.counters,
+                self._consumer,
+                src,
+                dst,
+                max_messages=max_messages,
+                visibility_timeout=visibility_seconds(vt),
+                redrive=redrive,
+                progress=progress,
+            )
+        hint = None
+        if progress is not None and max_messages is None:
+            hint = remaining_estimate(self.counters.read(src))
+        return move_in_batches(
             self.conn,
             self.counters,
             self._consumer,
-            self._queue(source),
-            self._queue(to),
+            src,
+            dst,
             max_messages=max_messages,
             visibility_timeout=visibility_seconds(vt),
             redrive=redrive,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            total_hint=hint,
         )
 
     # -- looking ------------------------------------------------------------------------------
