@@ -36,10 +36,18 @@ from .config.flags import (
     exit_status,
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
+from .engine.core.progress import start_task
 from .engine.core.queues import DEFAULT_SETTINGS
 from .errors import ConfigError, one_line
 from .extras import require
 from .observability.exporter import DEFAULT_HOST, DEFAULT_PORT
+from .observability.operator_flags import (
+    add_move_flags,
+    add_operator_flags,
+    check_move_flags,
+    progress_of,
+    set_up_logging,
+)
 from .observability.queue_metrics import DEFAULT_MAX_QUEUES, DEFAULT_REFRESH_SECONDS
 from .service.server import add_serve_flags, serve
 from .validate import (
@@ -148,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"cassieq {__version__}")
     add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
+    add_operator_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     s = sub.add_parser("bootstrap", help="create or migrate the schema (idempotent)")
@@ -329,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--max", type=_integer, default=None, metavar="N", help="at most N (default all)"
         )
         s.add_argument("--visibility-timeout", type=_number, default=300.0, metavar="S")
+        add_move_flags(s)
 
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
@@ -502,6 +512,9 @@ def check_args(args: argparse.Namespace) -> None:
         if not 1 <= args.max_queues <= 100_000:
             raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
         return
+    if args.command in ("redrive", "move"):
+        check_move_flags(args)
+        return
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
@@ -604,6 +617,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             args.app_password,
             replication=args.replication,
             tables_only=args.no_create,
+            progress=progress_of(args),
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":
@@ -622,9 +636,13 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         client.delete_queue(args.name)
     elif cmd == "put" and args.ndjson:
         entries = read_ndjson(sys.stdin.buffer)
+        task = start_task(progress_of(args), "put", args.queue, len(entries))
         for start in range(0, len(entries), MAX_BATCH):
-            for mid in client.put_batch(args.queue, entries[start : start + MAX_BATCH]):
+            ids = client.put_batch(args.queue, entries[start : start + MAX_BATCH])
+            for mid in ids:
                 print(mid)
+            task.advance(len(ids))
+        task.finish()
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
         print(
@@ -676,11 +694,21 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             _dump(client.stats(args.queue))
     elif cmd in ("redrive", "move"):
         mover = client.redrive if cmd == "redrive" else client.move
-        _dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
+        report = mover(
+            args.queue,
+            args.to,
+            args.max,
+            args.visibility_timeout,
+            batch_size=args.batch_size,
+            rate=args.rate,
+            progress=progress_of(args),
+            one_at_a_time=args.one_at_a_time,
+        )
+        _dump(report.as_dict())
     elif cmd == "purge":
-        _dump(client.purge(args.queue).as_dict())
+        _dump(client.purge(args.queue, progress=progress_of(args)).as_dict())
     elif cmd == "repair":
-        _dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
+        _dump(client.repair(args.queue, dry_run=args.dry_run, progress=progress_of(args)).as_dict())
     return EXIT_OK
 
 
@@ -698,14 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _complete(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    if not args.debug:
-        # The driver logs connection trouble as warnings; our one-line error says it better.
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        set_up_logging(args)
         if args.command == "serve":
             require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)

@@ -40,7 +40,7 @@ from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
-from .engine.core.progress import ProgressSink
+from .engine.core.progress import ProgressSink, start_task
 from .engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
@@ -229,6 +229,7 @@ class QueueClient:
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
         tables_only: bool = False,
+        progress: ProgressSink | None = None,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
 
@@ -269,16 +270,22 @@ class QueueClient:
                 "(--replication), not both"
             )
         replicas = None if replication is None else validate.replication(replication)
+        task = start_task(progress, "bootstrap", self.config.keyspace, 4, unit="steps")
         try:
             if create_keyspace:
                 schema.create_keyspace(
                     self.conn.session, self.config.keyspace, replication_factor, replicas
                 )
+            task.advance(1)
             version = schema.bootstrap(self.conn.session, self.config.keyspace)
+            task.advance(1)
             # The keyspace may be new: the check made at connect time had nothing to look at.
             check_cluster(self.config, self.conn.cluster.metadata)
+            task.advance(1)
             if app_role is not None and app_password is not None:
                 create_app_role(self.conn.session, self.config.keyspace, app_role, app_password)
+            task.advance(1)
+            task.finish(schema_version=version)
         except Unauthorized as exc:
             who = f"role {self.config.username!r}" if self.config.username else "this client"
             raise PermissionDeniedError(
@@ -668,10 +675,11 @@ class QueueClient:
         )
 
     @timed("purge")
-    def purge(self, queue: str) -> PurgeReport:
+    def purge(self, queue: str, progress: ProgressSink | None = None) -> PurgeReport:
         """Drop every message of ``queue`` written so far; producers may keep writing: nothing
-        written after the purge starts is lost (docs/operations.md)."""
-        return purge_queue(self.conn, self._queue(queue))
+        written after the purge starts is lost (docs/operations.md). ``progress``: the ids
+        looked at so far."""
+        return purge_queue(self.conn, self._queue(queue), progress)
 
     def _move(
         self,
@@ -693,6 +701,9 @@ class QueueClient:
                 f"max_messages must be a positive integer or None, got {max_messages!r}"
             )
         src, dst = self._queue(source), self._queue(to)
+        hint = None
+        if progress is not None and max_messages is None:
+            hint = remaining_estimate(self.counters.read(src))
         if one_at_a_time:
             return move_messages(
                 self.conn,
@@ -704,10 +715,8 @@ class QueueClient:
                 visibility_timeout=visibility_seconds(vt),
                 redrive=redrive,
                 progress=progress,
+                total_hint=hint,
             )
-        hint = None
-        if progress is not None and max_messages is None:
-            hint = remaining_estimate(self.counters.read(src))
         return move_in_batches(
             self.conn,
             self.counters,
@@ -738,7 +747,11 @@ class QueueClient:
 
     @timed("repair")
     def repair(
-        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+        self,
+        queue: str,
+        repair_timeout: float | None = None,
+        dry_run: bool = False,
+        progress: ProgressSink | None = None,
     ) -> RepairReport:
         """One repair pass in this process (the Spark job `jobs/repair.py` does the same, spread)."""
         if repair_timeout is not None:
@@ -749,4 +762,5 @@ class QueueClient:
             self._queue(queue),
             repair_timeout=repair_timeout,
             dry_run=dry_run,
+            progress=progress,
         )

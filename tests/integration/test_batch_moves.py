@@ -16,6 +16,7 @@ import pytest
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.core.progress import ProgressEvent
+from cassieq_spark.engine.store import faults
 from cassieq_spark.engine.upkeep.moves import HEADER_REDRIVE_COUNT
 
 pytestmark = [pytest.mark.integration, pytest.mark.fast]
@@ -115,3 +116,30 @@ def test_a_redrive_cuts_its_batches_to_its_rate_and_reports_progress(queue_clien
     got = _take_all(queue_client, queue_name)
     assert sorted(int(m.payload) for m in got) == list(range(60))
     assert {m.headers[HEADER_REDRIVE_COUNT] for m in got} == {"1"}
+
+
+@pytest.mark.parametrize("first_one_at_a_time", [True, False])
+def test_a_move_that_died_is_finished_by_the_other_path_without_a_second_copy(
+    queue_client, queue_name, first_one_at_a_time
+):
+    src, dst = f"{queue_name}_src", queue_name
+    queue_client.create_queue(src)
+    queue_client.create_queue(dst)
+    queue_client.put_many(src, [str(i) for i in range(30)])
+
+    def die(**_context) -> None:
+        raise RuntimeError("mover crashed after its write")
+
+    faults.on("move.written", die)
+    try:
+        with pytest.raises(RuntimeError, match="mover crashed"):
+            queue_client.move(
+                src, to=dst, visibility_timeout=1.0, one_at_a_time=first_one_at_a_time
+            )
+    finally:
+        faults.reset()
+    time.sleep(1.2)
+    report = queue_client.move(src, to=dst, one_at_a_time=not first_one_at_a_time)
+    assert report.moved == 30
+    counts = collections.Counter(int(m.payload) for m in _take_all(queue_client, dst))
+    assert sorted(counts) == list(range(30)) and set(counts.values()) == {1}

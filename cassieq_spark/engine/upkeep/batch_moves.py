@@ -52,11 +52,11 @@ from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
 from ..write.producer import enqueue
-from .moves import MoveReport, moved_headers
+from .moves import MoveReport, move_key, moved_headers
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH = 500
+DEFAULT_BATCH = 1000
 # A batch is written only if it was planned within this share of its visibility timeout
 # short of the whole: the margin covers the difference between the claim's clock and ours.
 CLAIM_MARGIN = 0.1
@@ -69,6 +69,8 @@ __all__ = [
     "batch_key",
     "move_in_batches",
     "remaining_estimate",
+    "replay_marked",
+    "runs",
 ]
 
 _SELECT = "SELECT lo, hi FROM {ks}.reservation_keys WHERE queue_id = ? AND key = ?"
@@ -93,8 +95,8 @@ def batch_key(source: QueueInfo, number: int) -> str:
     return f"movebatch:{source.queue_id}:{number}"
 
 
-def _manifest_key(source: QueueInfo, number: int, position: int) -> str:
-    return f"movebatch:{source.queue_id}:{number}:{position}"
+def _manifest_key(source: QueueInfo, number: int, row: int | str) -> str:
+    return f"movebatch:{source.queue_id}:{number}:{row}"
 
 
 def _mark_key(source: QueueInfo, message_id: int) -> str:
@@ -148,9 +150,46 @@ def _read_marks(
     return marks
 
 
+def _single_copies(
+    conn: Connection, destination: QueueInfo, source: QueueInfo, ids: Sequence[int]
+) -> set[int]:
+    """Those of ``ids`` that the one-at-a-time path wrote (or began to) under its own key."""
+    stmt = conn.prepare(_SELECT)
+    futures = [
+        (mid, conn.execute_async(stmt, (destination.queue_id, f"{move_key(source, mid)}#0")))
+        for mid in ids
+    ]
+    return {mid for mid, f in futures if f.result().one() is not None}
+
+
+def replay_marked(
+    conn: Connection,
+    counters: Counters,
+    source: QueueInfo,
+    destination: QueueInfo,
+    message_id: int,
+    redrive: bool,
+) -> bool:
+    """For the one-at-a-time path: if a batch mover planned this message, repeat that batch's
+    write (its copy is then in the destination) and return True."""
+    mark = _read_marks(conn, destination, source, [message_id]).get(message_id)
+    return mark is not None and _replay(conn, counters, source, destination, mark.number, redrive)
+
+
 def _wait_all(futures: list) -> None:
     for f in futures:
         f.result()
+
+
+def runs(ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending ``ids`` as runs of consecutive ids, ``(first, last + 1)`` each."""
+    out: list[tuple[int, int]] = []
+    for mid in ids:
+        if out and out[-1][1] == mid:
+            out[-1] = (out[-1][0], mid + 1)
+        else:
+            out.append((mid, mid + 1))
+    return out
 
 
 def _plan(
@@ -160,20 +199,19 @@ def _plan(
     ids: Sequence[int],
     received_at: float,
 ) -> int:
-    """Write the manifest, then the marks, of a new batch of ``ids`` received at
-    ``received_at`` (epoch seconds); returns its number."""
+    """Write the manifest, then the marks, of a new batch of ascending ``ids`` received at
+    ``received_at`` (epoch seconds); returns its number. The manifest holds the ids as runs
+    of consecutive ids (a batch of fresh messages is mostly one run) and, in its row
+    ``size``, the number of runs and of messages."""
     number = secrets.randbits(62)
     stmt = conn.prepare(_INSERT)
     mark = conn.prepare(_MARK)
     stamp = int(received_at * 1_000_000)
-    n = len(ids)
+    spans = runs(ids)
+    rows = [(_manifest_key(source, number, j), lo, hi) for j, (lo, hi) in enumerate(spans)]
+    rows.append((_manifest_key(source, number, "size"), len(spans), len(ids)))
     _wait_all(
-        [
-            conn.execute_async(
-                stmt, (destination.queue_id, _manifest_key(source, number, i), mid, n)
-            )
-            for i, mid in enumerate(ids)
-        ]
+        [conn.execute_async(stmt, (destination.queue_id, key, lo, hi)) for key, lo, hi in rows]
     )
     faults.point("move.planned", source=source, number=number, ids=list(ids))
     _wait_all(
@@ -193,21 +231,20 @@ def _manifest(
     """The source ids of batch ``number`` in order; None when its manifest is gone (its TTL
     ran out: its marks went with it)."""
     stmt = conn.prepare(_SELECT)
-    first = conn.execute(stmt, (destination.queue_id, _manifest_key(source, number, 0))).one()
-    if first is None:
+    size = conn.execute(stmt, (destination.queue_id, _manifest_key(source, number, "size"))).one()
+    if size is None:
         return None
-    size = int(first.hi)
     futures = [
-        conn.execute_async(stmt, (destination.queue_id, _manifest_key(source, number, i)))
-        for i in range(1, size)
+        conn.execute_async(stmt, (destination.queue_id, _manifest_key(source, number, j)))
+        for j in range(int(size.lo))
     ]
-    ids = [int(first.lo)]
+    ids: list[int] = []
     for f in futures:
         row = f.result().one()
         if row is None:
             return None
-        ids.append(int(row.lo))
-    return ids
+        ids.extend(range(int(row.lo), int(row.hi)))
+    return ids if len(ids) == int(size.hi) else None
 
 
 def _write(
@@ -323,12 +360,31 @@ def move_in_batches(
         fitting = [m for m in got if len(m.payload) <= destination.max_payload_bytes]
         refused = [m for m in got if len(m.payload) > destination.max_payload_bytes]
         if fitting:
-            marks = _read_marks(conn, destination, source, [m.id for m in fitting])
+            # Only a redelivery can have been planned: a mover plans what it received.
+            again = [m.id for m in fitting if m.delivery_count > 1]
+            marks = _read_marks(conn, destination, source, again) if again else {}
             replayed: set[int] = set()
             for number in sorted({mk.number for mk in marks.values()}):
                 if _replay(conn, counters, source, destination, number, redrive):
                     replayed.add(number)
-            fresh = [m for m in fitting if m.id not in marks or marks[m.id].number not in replayed]
+            unplanned = [
+                m for m in fitting if m.id not in marks or marks[m.id].number not in replayed
+            ]
+            # A redelivery the one-at-a-time path began: finished under its key, as it would.
+            singles = _single_copies(
+                conn, destination, source, [m.id for m in unplanned if m.delivery_count > 1]
+            )
+            for m in unplanned:
+                if m.id in singles:
+                    enqueue(
+                        conn,
+                        counters,
+                        destination,
+                        [m.payload],
+                        [moved_headers(dict(m.headers), source, redrive)],
+                        key=move_key(source, m.id),
+                    )
+            fresh = sorted((m for m in unplanned if m.id not in singles), key=lambda m: m.id)
             if fresh:
                 number = _plan(conn, destination, source, [m.id for m in fresh], received_at)
                 if time.monotonic() - since > visibility_timeout * (1 - CLAIM_MARGIN):

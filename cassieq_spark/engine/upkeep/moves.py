@@ -84,11 +84,14 @@ def move_messages(
     visibility_timeout: float,
     redrive: bool,
     progress: ProgressSink | None = None,
+    total_hint: int | None = None,
 ) -> MoveReport:
     """Move up to ``max_messages`` (all visible ones if None) from ``source`` to
     ``destination`` one message at a time (``batch_moves.move_in_batches`` is the fast path;
     this one stays for comparison and as the simplest form of the protocol). ``redrive`` keeps the dead-letter provenance headers and counts redrives;
     a plain move records the queue the message came from."""
+    from . import batch_moves  # the batch path imports this module
+
     if source.queue_id == destination.queue_id:
         raise ConfigError(f"cannot move queue {source.name!r} onto itself: choose another --to")
     report = MoveReport(source.name, destination.name)
@@ -96,7 +99,7 @@ def move_messages(
         progress,
         "redrive" if redrive else "move",
         f"{source.name} -> {destination.name}",
-        max_messages,
+        max_messages if max_messages is not None else total_hint,
     )
     while max_messages is None or report.moved + report.taken_over < max_messages:
         message = consumer.get(source, visibility_timeout)
@@ -117,14 +120,18 @@ def move_messages(
                 f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
                 f"({report.moved} moved before it)"
             )
-        enqueue(
-            conn,
-            counters,
-            destination,
-            [message.payload],
-            [headers],
-            key=move_key(source, message.id),
-        )
+        # A redelivery may be of a message a batch mover planned: its batch is the one copy.
+        if message.delivery_count <= 1 or not batch_moves.replay_marked(
+            conn, counters, source, destination, message.id, redrive
+        ):
+            enqueue(
+                conn,
+                counters,
+                destination,
+                [message.payload],
+                [headers],
+                key=move_key(source, message.id),
+            )
         faults.point("move.written", source=source, message=message)
         if consumer.ack(source, message.pop_receipt):
             report.moved += 1
@@ -134,7 +141,7 @@ def move_messages(
             task.advance(1, taken_over=1)
     task.finish(moved=report.moved, taken_over=report.taken_over)
     log.info(
-        "%s %s -> %s: %d moved, %d taken over by another mover",
+        "%s %s -> %s one at a time: %d moved, %d taken over by another mover",
         "redrive" if redrive else "move",
         source.name,
         destination.name,
