@@ -56,6 +56,7 @@ from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_dedupl
 from .errors import ConfigError, PermissionDeniedError
 from .observability.client_metrics import timed
 from .observability.trace import with_trace_context
+from .observability.tracing import traced
 from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -419,6 +420,7 @@ class QueueClient:
         )[0]
 
     @timed("put_many")
+    @traced("send")
     def put_many(
         self,
         queue: str,
@@ -460,6 +462,7 @@ class QueueClient:
         return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 
     @timed("put_batch")
+    @traced("send")
     def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
         """Enqueue messages that each have their own headers, delay and deduplication id (a
         :class:`PutEntry` each); returns their ids in order. Every entry is checked before
@@ -510,6 +513,7 @@ class QueueClient:
     # -- consuming ------------------------------------------------------------------------------
 
     @timed("get")
+    @traced("receive")
     def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
         """The next visible message, hidden from others for the visibility timeout; None if empty."""
         info = self._queue(queue)
@@ -521,6 +525,7 @@ class QueueClient:
         return self._consumer.get(info, vt)
 
     @timed("get_many")
+    @traced("receive")
     def get_many(
         self,
         queue: str,
@@ -543,6 +548,7 @@ class QueueClient:
         return batch.get_many(self._consumer, info, vt, n, wait)
 
     @timed("ack_many")
+    @traced("ack")
     def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
         """Ack up to 1,000 receipts at once; one :class:`ReceiptResult` per receipt, in order
         (``ok``, ``stale`` or ``invalid``): one bad receipt does not fail the others."""
@@ -568,6 +574,7 @@ class QueueClient:
         return sum(self._consumer.return_unused(info, m) for m in messages)
 
     @timed("ack")
+    @traced("ack")
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)

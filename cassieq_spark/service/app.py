@@ -21,12 +21,16 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..engine.store.schema import require_schema
+from ..observability.logs import request_context
+from ..observability.tracing import server_span, set_status_code
 from . import admin, dashboard, v1, v2
 from .responses import ApiError, framework, json_response
 from .state import Service
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("cassieq_spark.service.access")
+
+ACCOUNT_IN_PATH = re.compile(r"/api/v\d+/accounts/([^/]+)")
 
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024
@@ -54,6 +58,12 @@ async def metrics(request: Request) -> Response:
     service: Service = request.app.state.service
     body = await service.blocking(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _account_of(path: str) -> str | None:
+    """The account a request's path names (for its log lines), before routing."""
+    found = ACCOUNT_IN_PATH.match(path)
+    return found.group(1) if found else None
 
 
 def _http_error(request: Request, exc: Exception) -> Response:
@@ -140,7 +150,20 @@ class Guard:
                 )
                 await err.response()(scope, receive, send_wrapped)
             else:
-                await self.app(scope, receive, send_wrapped)
+                # The request's span and log fields, current for everything it calls.
+                with (
+                    server_span(
+                        scope.get("method", ""),
+                        self.template(scope),
+                        scope.get("path", ""),
+                        {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
+                    ) as span,
+                    request_context(rid, _account_of(scope.get("path", ""))),
+                ):
+                    try:
+                        await self.app(scope, receive, send_wrapped)
+                    finally:
+                        set_status_code(span, status)
         except Exception:
             log.exception(
                 "request %s %s failed (ID %s)", scope.get("method"), scope.get("path"), rid
@@ -166,4 +189,5 @@ class Guard:
                 took * 1000,
                 account,
                 rid,
+                extra={"request_id": rid, "account": account},
             )

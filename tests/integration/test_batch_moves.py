@@ -31,7 +31,7 @@ import json, sys, time
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.store import faults
 
-options, dlq, dest, step = json.loads(sys.argv[1])
+options, dlq, dest, step, VT = json.loads(sys.argv[1])
 seen = []
 
 def stop_here(**_):
@@ -42,9 +42,9 @@ def stop_here(**_):
 
 faults.on(step, stop_here)
 with QueueClient.from_options(options) as client:
-    client.redrive(dlq, to=dest, batch_size=200, visibility_timeout=%r)
+    client.redrive(dlq, to=dest, batch_size=200, visibility_timeout=VT)
 print("finished", flush=True)
-""" % (VT,)
+"""
 
 
 def _dead_letter_queue(client: QueueClient, queue: str, n: int) -> str:
@@ -73,7 +73,7 @@ def test_a_redrive_killed_midway_and_rerun_moves_each_message_once(
     n = 1000
     dlq = _dead_letter_queue(queue_client, queue_name, n)
     proc = subprocess.Popen(
-        [sys.executable, "-c", MOVER, json.dumps([cassieq_options, dlq, queue_name, step])],
+        [sys.executable, "-c", MOVER, json.dumps([cassieq_options, dlq, queue_name, step, VT])],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
