@@ -66,6 +66,7 @@ def _take_all(client: QueueClient, queue: str) -> list:
     return out
 
 
+@pytest.mark.slow  # two mover processes and a visibility timeout: about 10 s each
 @pytest.mark.parametrize("step", ["move.written", "move.planned"])
 def test_a_redrive_killed_midway_and_rerun_moves_each_message_once(
     queue_client, queue_name, cassieq_options, step

@@ -1,35 +1,44 @@
 """Redrive and move in batches: receive many, one keyed write per batch, ack many.
 
-One batch costs a batch receive (a conditional batch per bucket), a few plain writes per
-message (two small rows, all in flight at once), one keyed write of the whole batch (one
-reservation, whatever its size) and a batch ack, instead of a claim, a keyed write and an
-ack for every message (``moves.move_messages``, kept for comparison and for callers that
-want it).
+One batch costs a batch receive (a conditional batch per bucket), one small write per message
+(its mark) and a few per batch (its manifest), all in flight at once, one keyed write of the
+whole batch (one reservation, whatever its size) and a batch ack, instead of a claim, a keyed
+write and an ack for every message (``moves.move_messages``, kept for comparison and for
+callers that want it).
 
 **Each message lands in the destination once, across crashes and concurrent movers.** A
-batch is planned before anything of it is written to the destination:
+batch (its messages in ascending id order) is planned before anything of it is written to the
+destination, in the destination's ``reservation_keys``:
 
-1. the *manifest*: for each position ``i`` of the batch, a row ``movebatch:<source>:<n>:<i>``
-   in the destination's ``reservation_keys`` holding the source message's id (``lo``) and the
-   batch's size (``hi``); ``n`` is a random 62-bit number naming the batch;
-2. then a *mark* per message, ``movedby:<source>:<id>`` -> (``n``, ``i``): written only once
-   the whole manifest is, so a mark always names a complete manifest;
-3. then the batch is written to the destination under the key ``movebatch:<source>:<n>``
-   (``producer.enqueue``: a repeated call with the same rows writes into the same ids and
-   enqueues nothing twice), and the source messages are acked.
+1. the *manifest*, under a random 62-bit batch number ``n``: the batch's ids as runs of
+   consecutive ids, one row ``movebatch:<source>:<n>:<j>`` -> (first, last + 1) a run, and a
+   row ``movebatch:<source>:<n>:size`` -> (runs, messages);
+2. then a *mark* per message, ``movedby:<source>:<id>`` -> (``n``, position): written only once
+   the whole manifest is, so a mark always names a complete manifest. A mark is written with
+   the time its mover received the message as its write time: of two movers that planned one
+   message, the later claim's mark stands, whatever order the writes land in;
+3. then, if the plan was made while the batch's claims held (within its visibility timeout,
+   less a margin), the batch is written to the destination under the key
+   ``movebatch:<source>:<n>`` (``producer.enqueue``: a repeated call with the same rows writes
+   into the same ids and enqueues nothing twice) and the source messages are acked. A plan
+   made too late is given up: another mover may hold its messages and have planned them.
 
-A mover that receives a message with a mark does not plan it again: it repeats the marked
-batch's keyed write, with the rows rebuilt from the manifest and the source rows (a
-repeat finds the batch closed and writes nothing, or finishes what a dead mover left
-open, into the same ids), then acks the message. So a mover that dies anywhere, and a
-slow mover whose claims ran out while another took its messages over, never cause a
-second copy: every path to the destination goes through the one key of the batch
-that first planned the message. An ack that comes back stale means another mover acked
-the message since (``taken_over``), its copy the same one.
+A mover that receives a redelivered message with a mark (a message received for the first
+time cannot have been planned) does not plan it again: it repeats the marked batch's keyed
+write, with the rows rebuilt from the manifest and the source rows (a repeat finds the batch
+closed and writes nothing, or finishes what a dead mover left open, into the same ids), then
+acks the message. A batch is repeated only while every one of its ids is still marked for
+it: a batch given up whose messages another mover planned since is never written. So a mover
+that dies anywhere, and a slow mover whose claims ran out while another took its messages
+over, cause no second copy: every path to the destination goes through the key of the batch
+whose marks stand. An ack that comes back stale means another mover acked the message since
+(``taken_over``), its copy the same one. A redelivery that the one-at-a-time path began (its
+key ``move:<source>:<id>`` is there) is finished under that key, as that path would.
 
 Marks and manifests live in the destination's ``reservation_keys`` with the table's TTL (14
 days), like the keys of the one-at-a-time path: a rerun to another destination does not see
-them. Cost of a replay (after a crash only): one read per manifest row and per source row.
+them. Cost of a replay (after a crash only): a read per manifest row, per mark of the batch and
+per source row.
 """
 
 from __future__ import annotations
