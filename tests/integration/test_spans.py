@@ -170,6 +170,12 @@ def test_put_get_and_ack_through_the_service_are_spans_of_its_requests(service_i
             assert acked.status == 200
     finally:
         logging.getLogger().removeHandler(handler)
+    # A server span ends after its response is sent: wait for the last request's.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+        s.name.endswith("/messages/ack") for s in exporter.get_finished_spans()
+    ):
+        time.sleep(0.05)
     spans = exporter.get_finished_spans()
     # the account was made before the caller's span: its request has no parent
     servers = [s for s in spans if s.kind == SpanKind.SERVER and "/queues" in s.name]
