@@ -125,21 +125,11 @@ def receive_started() -> int:
 def consumer_span(queue: str, messages: Sequence[Any], started: int) -> None:
     """Record a receive that began at ``started`` (:func:`receive_started`) and returned
     ``messages`` (each with ``headers`` and ``id``): a CONSUMER span linked to each message's
-    producer context. Recorded once the messages are in hand, since links are given at a
-    span's start."""
+    producer context. Made once the messages are in hand, back-dated to the receive's start;
+    the headers are read only when the span is recorded (an SDK is set up)."""
     api = _otel()
     if api is None:
         return
-    from .trace import context_of_headers
-
-    links = []
-    for m in messages:
-        ctx = context_of_headers(m.headers)
-        if ctx is None:
-            continue
-        span_context = api.get_current_span(ctx).get_span_context()
-        if span_context.is_valid:
-            links.append(api.Link(span_context, {"messaging.message.id": str(m.id)}))
     attributes = _attributes(queue, "receive", "receive", len(messages))
     if len(messages) == 1:
         attributes["messaging.message.id"] = str(messages[0].id)
@@ -147,9 +137,18 @@ def consumer_span(queue: str, messages: Sequence[Any], started: int) -> None:
         f"receive {queue}",
         kind=api.SpanKind.CONSUMER,
         attributes=attributes,
-        links=links,
         start_time=started,
     )
+    if span.is_recording():  # no headers read for a span nobody records
+        from .trace import context_of_headers
+
+        for m in messages:
+            ctx = context_of_headers(m.headers)
+            if ctx is None:
+                continue
+            span_context = api.get_current_span(ctx).get_span_context()
+            if span_context.is_valid:
+                span.add_link(span_context, {"messaging.message.id": str(m.id)})
     span.end()
 
 
