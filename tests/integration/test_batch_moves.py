@@ -21,7 +21,7 @@ from cassieq_spark.engine.upkeep.moves import HEADER_REDRIVE_COUNT
 
 pytestmark = [pytest.mark.integration, pytest.mark.fast]
 
-VT = 2.0
+VT = 3.0
 
 # The mover: redrives in batches of 200; at the third batch it stops at the named step (after
 # the batch's write and before its ack, or after its plan and before its write) and says so,
@@ -135,11 +135,11 @@ def test_a_move_that_died_is_finished_by_the_other_path_without_a_second_copy(
     try:
         with pytest.raises(RuntimeError, match="mover crashed"):
             queue_client.move(
-                src, to=dst, visibility_timeout=1.0, one_at_a_time=first_one_at_a_time
+                src, to=dst, visibility_timeout=2.5, one_at_a_time=first_one_at_a_time
             )
     finally:
         faults.reset()
-    time.sleep(1.2)
+    time.sleep(2.7)
     report = queue_client.move(src, to=dst, one_at_a_time=not first_one_at_a_time)
     assert report.moved == 30
     counts = collections.Counter(int(m.payload) for m in _take_all(queue_client, dst))
