@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from .consume_loop import ConsumeLoop
+from .consume_loop import ConsumeLoop, Releaser
 from .engine.consume import batch, batch_ack
 from .engine.consume import consumer as consumer_mod
 from .engine.consume.batch_ack import ReceiptResult
@@ -130,6 +131,8 @@ class QueueClient:
         self.counters = Counters(self.conn)
         self._consumer = consumer_mod.Consumer(self.conn, self.counters)
         self._queues: dict[str, tuple[float, QueueInfo]] = {}
+        self._releaser: Releaser | None = None
+        self._releaser_lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -206,7 +209,21 @@ class QueueClient:
         meant for two at once. Closing it leaves the connection open."""
         return QueueClient(self.config, self.conn)
 
+    def releaser(self) -> Releaser:
+        """This client's releaser thread (started on first use): it settles the consume loops
+        left without ``close()`` (:mod:`cassieq_spark.consume_loop`)."""
+        with self._releaser_lock:
+            if self._releaser is None:
+                self._releaser = Releaser(self)
+            return self._releaser
+
     def close(self) -> None:
+        """Settle the consume loops handed to the releaser (waiting at most
+        ``RELEASER_CLOSE_SECONDS``), then close the connection if this client made it."""
+        with self._releaser_lock:
+            releaser, self._releaser = self._releaser, None
+        if releaser is not None:
+            releaser.close()
         if self._own:
             self.conn.shutdown()
 

@@ -168,6 +168,15 @@ def seconds(
     return v
 
 
+def number(value: object, what: str) -> float:
+    """A number argument of the Python API: an int or a float. A bool or a numeric string is
+    refused here (the command line and Spark options read text through :func:`seconds`);
+    the range is the caller's to check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{what} must be a number (int or float), got {_show(value)}")
+    return value
+
+
 def delay_seconds(value: object, what: str = "delay") -> float:
     """A message's initial invisibility: 0 to :data:`MAX_DELAY_SECONDS`."""
     return seconds(value, what, MAX_DELAY_SECONDS)
