@@ -176,6 +176,7 @@ class AsyncQueueClient:
         dead_letter_queue: str | None = queues.UNSET,
         message_ttl: int | None = queues.UNSET,
         max_payload_bytes: int = queues.UNSET,
+        **other: Any,
     ) -> QueueInfo:
         return await self._run(
             "update_queue",
@@ -185,6 +186,7 @@ class AsyncQueueClient:
             dead_letter_queue=dead_letter_queue,
             message_ttl=message_ttl,
             max_payload_bytes=max_payload_bytes,
+            **other,
         )
 
     async def get_queue(self, name: str) -> QueueInfo:
