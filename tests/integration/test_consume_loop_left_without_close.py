@@ -151,3 +151,14 @@ def test_a_loop_left_by_break_acks_nothing_more_and_gives_its_batch_back(
     _eventually(_visible(queue_client, queue_name, 3), "the batch was not given back")
     s = queue_client.stats(queue_name)
     assert (s["in_flight"], s["acked"]) == (0, 0), s
+
+
+def test_a_body_that_acks_its_own_message_is_warned_about(queue_client, queue_name, caplog):
+    queue_client.create_queue(queue_name)
+    queue_client.put_many(queue_name, [b"a", b"b"])
+    loop = queue_client.consume(queue_name, batch=2, wait=0, stop_when_empty=True)
+    with caplog.at_level("WARNING", logger="cassieq_spark.consume_loop"), loop:
+        for m in loop:
+            queue_client.ack(queue_name, m.pop_receipt)
+    assert "the body must not ack or change the visibility" in caplog.text
+    assert queue_client.stats(queue_name)["acked"] == 2
