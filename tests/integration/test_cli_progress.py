@@ -5,6 +5,7 @@ move flags out of range are refused."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -52,13 +53,14 @@ def test_serve_logs_json_lines_with_request_id_and_account(cassandra, cassieq_op
     server = start_test_server(
         tmp_path, cassandra, cassieq_options, env={"CASSIEQ_LOG_FORMAT": "json"}
     )
+    account = f"acct-{uuid.uuid4().hex[:10]}"
     try:
-        made = server.admin("POST", "/accounts", "acct-logs")
+        made = server.admin("POST", "/accounts", account)
         assert made.status in (200, 201), made.body
         key = made.json()["keys"]["primary"]
         got = server.call(
             "GET",
-            "/api/v1/accounts/acct-logs/queues",
+            f"/api/v1/accounts/{account}/queues",
             None,
             {"Authorization": f"Key {key}", "X-Request-Id": "req-logs-1"},
         )
@@ -70,5 +72,5 @@ def test_serve_logs_json_lines_with_request_id_and_account(cassandra, cassieq_op
     assert all({"timestamp", "level", "logger", "message"} <= set(x) for x in lines)
     access = [x for x in lines if x.get("request_id") == "req-logs-1"]
     assert [x["logger"] for x in access] == ["cassieq_spark.service.access"]
-    assert access[0]["account"] == "acct-logs" and access[0]["level"] == "INFO"
+    assert access[0]["account"] == account and access[0]["level"] == "INFO"
     assert any(x["logger"] == "cassieq_spark.service.server" for x in lines)
