@@ -10,14 +10,17 @@ from __future__ import annotations
 import base64
 import html
 import json
+import time
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from .. import validate
 from ..client import PutEntry
+from ..engine.consume.batch import POLL_FIRST, POLL_MAX
 from ..engine.consume.batch_ack import ReceiptResult
 from ..engine.core.messages import Message
 from ..engine.core.queues import UNSET, QueueInfo
@@ -26,7 +29,7 @@ from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
 from . import inputs, names
 from .responses import invalid, json_response, not_found_queue
 from .state import Service
-from .v1 import MAX_SECONDS, authorize, message_tag, queue_info
+from .v1 import MAX_SECONDS, authorize, client_left, message_tag, queue_info, refuse_head
 
 PREFIX = "/api/v2/accounts/{account}/queues/{queue}"
 
@@ -59,18 +62,40 @@ def result_json(r: ReceiptResult) -> dict[str, Any]:
 
 
 async def receive(request: Request) -> Response:
+    """Up to ``max`` messages, waiting up to ``waitSeconds`` for a first one.
+
+    The wait holds no engine thread: each look is a short ``get_many`` on a worker thread, and
+    between looks the request sleeps on the event loop (pauses doubling from 50 ms to 0.5 s).
+    Before each look, and once more before the reply is written, the client is looked at: a
+    client that left claims nothing, and what was claimed for one that left meanwhile is given
+    back at once (visible again, the delivery not counted), so a consumer whose own timeout is
+    shorter than ``waitSeconds`` never moves a message toward its dead-letter queue.
+    """
+    refuse_head(request)
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
     n = inputs.query_int(request, "max", 10, 1, MAX_BATCH) or 10
     wait = inputs.query_int(request, "waitSeconds", 0, 0, int(MAX_WAIT_SECONDS)) or 0
     vt = inputs.query_int(request, "invisibilityTimeSeconds", None, 1, MAX_SECONDS)
     info = await queue_info(service, request, account, "receiveMessages")
-    got = await service.call(
-        lambda c: c.get_many(
-            info.name, n, None if vt is None else float(vt), wait_seconds=float(wait)
-        ),
-        "receiveMessages",
-    )
+    deadline = time.monotonic() + wait
+    pause = POLL_FIRST
+    while True:
+        if await client_left(request):
+            return json_response({"messages": []})  # nobody reads it
+        got = await service.call(
+            lambda c: c.get_many(info.name, n, None if vt is None else float(vt)),
+            "receiveMessages",
+            info.name,
+        )
+        left = deadline - time.monotonic()
+        if got or left <= 0:
+            break
+        await anyio.sleep(min(pause, left))
+        pause = min(pause * 2, POLL_MAX)
+    if got and await client_left(request):
+        await service.give_back(info.name, got)
+        return json_response({"messages": []})
     return json_response({"messages": [message_json(info, m) for m in got]})
 
 
@@ -91,7 +116,9 @@ async def ack(request: Request) -> Response:
     if not all(isinstance(r, str) for r in receipts):
         raise invalid("popReceipts must be strings", 422)
     info = await queue_info(service, request, account, "ackMessages")
-    results = await service.call(lambda c: c.ack_many(info.name, receipts), "ackMessages")
+    results = await service.call(
+        lambda c: c.ack_many(info.name, receipts), "ackMessages", info.name
+    )
     return json_response({"results": [result_json(r) for r in results]})
 
 
@@ -109,7 +136,7 @@ async def visibility(request: Request) -> Response:
         pairs.append((entry["popReceipt"], float(seconds or 0)))
     info = await queue_info(service, request, account, "changeVisibility")
     results = await service.call(
-        lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility"
+        lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility", info.name
     )
     return json_response({"results": [result_json(r) for r in results]})
 
@@ -162,7 +189,7 @@ async def put(request: Request) -> Response:
     )
     entries = [_put_entry(i, e) for i, e in enumerate(_list(body, "messages"))]
     info = await queue_info(service, request, account, "putMessages")
-    ids = await service.call(lambda c: c.put_batch(info.name, entries), "putMessages")
+    ids = await service.call(lambda c: c.put_batch(info.name, entries), "putMessages", info.name)
     return json_response({"ids": ids, "messageTags": [message_tag(info, i) for i in ids]})
 
 
@@ -240,7 +267,7 @@ async def update_settings(request: Request) -> Response:
         except ConfigError as exc:
             raise invalid(str(exc).replace(info.name, request.path_params["queue"]), 422) from None
 
-    updated = await service.call(update, "updateQueue")
+    updated = await service.call(update, "updateQueue", info.name)
     return json_response(settings_json(account, request.path_params["queue"], updated))
 
 
@@ -248,7 +275,7 @@ async def stats(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "g", request.path_params["queue"])
     info = await queue_info(service, request, account, "getStats")
-    s = await service.call(lambda c: c.stats(info.name), "getStats")
+    s = await service.call(lambda c: c.stats(info.name), "getStats", info.name)
     return json_response(
         {
             "queueName": request.path_params["queue"],
@@ -285,14 +312,14 @@ async def redrive(request: Request) -> Response:
         report = c.redrive(info.name, target, max_messages=most).as_dict()
         return {"from": request.path_params["queue"], "to": to, "moved": report["moved"]}
 
-    return json_response(await service.call(move, "redrive"))
+    return json_response(await service.call(move, "redrive", info.name))
 
 
 async def purge(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "d", request.path_params["queue"])
     info = await queue_info(service, request, account, "purge")
-    report = await service.call(lambda c: c.purge(info.name).as_dict(), "purge")
+    report = await service.call(lambda c: c.purge(info.name).as_dict(), "purge", info.name)
     return json_response({"queueName": request.path_params["queue"], "purged": report["purged"]})
 
 
