@@ -21,8 +21,9 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..engine.store.schema import require_schema
+from ..errors import QueueNotFoundError
 from . import admin, dashboard, v1, v2
-from .responses import ApiError, framework, json_response
+from .responses import ApiError, framework, json_response, not_found_queue
 from .state import Service
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ access = logging.getLogger("cassieq_spark.service.access")
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._\-]{1,64}")
+REQUEST_ID_KEY = "cassieq.request_id"  # the scope key of the request's id
 
 
 async def health(request: Request) -> Response:
@@ -66,6 +68,27 @@ def _api_error(request: Request, exc: Exception) -> Response:
     return exc.response()
 
 
+def _queue_gone(request: Request, exc: Exception) -> Response:
+    """A queue deleted under an engine call no route maps itself: that queue's 404."""
+    queue = request.path_params.get("queue", "")
+    return not_found_queue(getattr(request.scope.get("endpoint"), "__name__", ""), queue).response()
+
+
+def internal_error(request: Request, exc: Exception) -> Response:
+    """Any other exception: the documented JSON 500 naming the id the request is logged under
+    (Starlette's outermost error middleware sends this answer, then re-raises to the
+    :class:`Guard`, which logs the traceback under that id)."""
+    return internal_error_response(request.scope.get(REQUEST_ID_KEY, "-"))
+
+
+def internal_error_response(rid: str) -> Response:
+    body = {
+        "code": 500,
+        "message": f"There was an error processing your request. It has been logged (ID {rid}).",
+    }
+    return json_response(body, 500)
+
+
 def build_app(service: Service) -> Guard:
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -84,7 +107,12 @@ def build_app(service: Service) -> Guard:
 
     app = Starlette(
         routes=routes,
-        exception_handlers={HTTPException: _http_error, ApiError: _api_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            ApiError: _api_error,
+            QueueNotFoundError: _queue_gone,
+            Exception: internal_error,
+        },
         lifespan=lifespan,
     )
     app.state.service = service
@@ -119,6 +147,7 @@ class Guard:
         headers = scope.get("headers") or []
         given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
         rid = given if REQUEST_ID_RE.fullmatch(given) else secrets.token_hex(8)
+        scope = {**scope, REQUEST_ID_KEY: rid}
         status = 500
         sent = False
 
@@ -146,12 +175,7 @@ class Guard:
                 "request %s %s failed (ID %s)", scope.get("method"), scope.get("path"), rid
             )
             if not sent:
-                body = {
-                    "code": 500,
-                    "message": "There was an error processing your request. It has been "
-                    f"logged (ID {rid}).",
-                }
-                await json_response(body, 500)(scope, receive, send_wrapped)
+                await internal_error_response(rid)(scope, receive, send_wrapped)
         finally:
             took = time.perf_counter() - started
             route = self.template(scope)

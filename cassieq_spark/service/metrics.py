@@ -3,7 +3,8 @@
 * ``cassieq_http_requests_total{route, method, status}`` and
   ``cassieq_http_request_seconds{route, method}`` (a histogram): ``route`` is the route's
   template (``/api/v1/accounts/{account}/queues/{queue}/messages``), never the raw path, so
-  the label set stays bounded whatever clients send;
+  the label set stays bounded whatever clients send (an unmatched path is ``unmatched``, a
+  method other than the standard seven ``other``);
 * every queue's metrics (``cassieq_queue_backlog{queue}``, ``cassieq_queue_in_flight{queue}``,
   ``cassieq_queue_oldest_age_seconds{queue}``, ...): the collector ``cassieq exporter`` uses
   (:mod:`cassieq_spark.observability.queue_metrics`), refreshed at most every
@@ -23,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from ..observability.queue_metrics import QueueCollector, QueueStatsCache
 
 QUEUE_STATS_SECONDS = 10.0
+# The methods a request is labelled with; any other (a client may send any token) is "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 MAX_QUEUES = 500
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 
@@ -82,6 +85,9 @@ class Metrics:
         self.registry.register(QueueCollector(self.queue_cache))
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        """One request; its labels are bounded whatever the client sent: ``route`` is a template
+        (or ``unmatched``), an unknown ``method`` is ``other``, ``status`` a 3-digit code."""
+        method = method if method in METHODS else "other"
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route, method).observe(seconds)
 

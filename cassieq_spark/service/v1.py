@@ -168,7 +168,9 @@ async def create_queue(request: Request) -> Response:
     finalize = inputs.field_int(body, "repairWorkerBucketFinalizeTimeSeconds", 15, 1, 24 * 3600)
     keep = body.get("deleteBucketsAfterFinalize")
     if keep is not None and not isinstance(keep, bool):
-        raise invalid(f"deleteBucketsAfterFinalize must be true or false, got {keep!r}", 422)
+        raise invalid(
+            f"deleteBucketsAfterFinalize must be true or false, got {inputs.echo(keep)}", 422
+        )
     dlq = inputs.field_str(body, "dlqName") or None
     if dlq is not None:
         inputs.check_queue(account, dlq, "dlqName")

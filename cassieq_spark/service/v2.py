@@ -152,7 +152,7 @@ def _put_entry(i: int, entry: Any) -> PutEntry:
         set(entry) - {"message", "encoding", "headers", "delaySeconds", "dedupId", "group"}
     )
     if unknown:
-        raise invalid(f"{where} has an unknown field {unknown[0]!r}", 422)
+        raise invalid(f"{where} has an unknown field {inputs.echo(unknown[0])}", 422)
     encoding = entry.get("encoding", "utf-8")
     payload: bytes | str = entry["message"]
     if encoding == "base64":
@@ -161,7 +161,9 @@ def _put_entry(i: int, entry: Any) -> PutEntry:
         except ValueError:
             raise invalid(f"{where}.message is not base64", 422) from None
     elif encoding != "utf-8":
-        raise invalid(f"{where}.encoding must be 'utf-8' or 'base64', got {encoding!r}", 422)
+        raise invalid(
+            f"{where}.encoding must be 'utf-8' or 'base64', got {inputs.echo(encoding)}", 422
+        )
     delay = inputs.field_int(entry, "delaySeconds", 0, 0, MAX_SECONDS) or 0
     dedup = entry.get("dedupId")
     if dedup is not None:
@@ -233,7 +235,7 @@ async def update_settings(request: Request) -> Response:
     unknown = sorted(set(body) - set(SETTING_FIELDS))
     if unknown:
         raise invalid(
-            f"setting {unknown[0]!r} cannot be changed; the fields are {', '.join(SETTING_FIELDS)}",
+            f"setting {inputs.echo(unknown[0])} cannot be changed; the fields are {', '.join(SETTING_FIELDS)}",
             422,
         )
     changes: dict[str, Any] = {}
@@ -243,11 +245,11 @@ async def update_settings(request: Request) -> Response:
         value = body[field]
         if field == "dlqName" and value is not None:
             if not isinstance(value, str):
-                raise invalid(f"dlqName must be a string or null, got {value!r}", 422)
+                raise invalid(f"dlqName must be a string or null, got {inputs.echo(value)}", 422)
             inputs.check_queue(account, value, "dlqName")
             value = names.engine_name(account, value)
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
-            raise invalid(f"{field} must be a number, got {value!r}", 422)
+            raise invalid(f"{field} must be a number, got {inputs.echo(value)}", 422)
         changes[arg] = value
     info = await queue_info(service, request, account, "updateQueue")
 
