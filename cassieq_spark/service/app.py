@@ -13,6 +13,7 @@ import secrets
 import time
 from contextlib import asynccontextmanager
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -24,7 +25,7 @@ from ..engine.store.schema import require_schema
 from ..errors import QueueNotFoundError
 from . import admin, dashboard, v1, v2
 from .responses import ApiError, framework, json_response, not_found_queue
-from .state import Service
+from .state import Service, unavailable
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("cassieq_spark.service.access")
@@ -53,8 +54,10 @@ async def ready(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """The registry rendered from memory (the queue stats are a background snapshot): on a
+    thread of its own, never an engine thread or a pooled client."""
     service: Service = request.app.state.service
-    body = await service.blocking(service.metrics.render)
+    body = await anyio.to_thread.run_sync(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -102,8 +105,10 @@ def build_app(service: Service) -> Guard:
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        service.start_stats()
         yield
         service.draining = True
+        service.stop_stats()
 
     app = Starlette(
         routes=routes,
@@ -116,17 +121,23 @@ def build_app(service: Service) -> Guard:
         lifespan=lifespan,
     )
     app.state.service = service
-    service.metrics.watch_queues(lambda: dashboard.queue_stats(service))
     return Guard(app, service)
 
 
+# Probes are answered even past the bound on requests in progress: they are cheap and an
+# orchestrator must be able to tell a busy instance from a dead one.
+PROBES = frozenset({"/health", "/ready"})
+
+
 class Guard:
-    """The outermost layer: request id, header limits, access log, metrics, last-resort 500."""
+    """The outermost layer: request id, header limits, the bound on requests in progress,
+    access log, metrics, last-resort 500."""
 
     def __init__(self, app: Starlette, service: Service):
         self.app = app
         self.service = service
         self.state = app.state
+        self.in_progress = 0
 
     def template(self, scope: Scope) -> str:
         for route in self.app.routes:
@@ -159,8 +170,15 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
+        limit = self.service.config.max_requests
+        counted = scope.get("path") not in PROBES
         try:
-            if (
+            if counted and self.in_progress >= limit:
+                self.service.metrics.shed.labels("requests").inc()
+                err = unavailable(f"{limit} requests are in progress on this instance; retry")
+                await err.response()(scope, receive, send_wrapped)
+                counted = False
+            elif (
                 len(headers) > MAX_HEADERS
                 or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES
             ):
@@ -169,7 +187,13 @@ class Guard:
                 )
                 await err.response()(scope, receive, send_wrapped)
             else:
-                await self.app(scope, receive, send_wrapped)
+                if counted:
+                    self.in_progress += 1
+                try:
+                    await self.app(scope, receive, send_wrapped)
+                finally:
+                    if counted:
+                        self.in_progress -= 1
         except Exception:
             log.exception(
                 "request %s %s failed (ID %s)", scope.get("method"), scope.get("path"), rid

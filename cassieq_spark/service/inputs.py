@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 
 from . import names
@@ -37,7 +38,8 @@ def is_whole_number(text: str) -> bool:
 
 
 async def body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 past ``limit`` bytes (read no further than that)."""
+    """The request body, refused with 413 past ``limit`` bytes (read no further than that),
+    and with 408 when it has not all arrived within the service's ``body_timeout``."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not (is_whole_number(declared) and not declared.startswith("-")):
@@ -46,13 +48,20 @@ async def body(request: Request, limit: int) -> bytes:
             raise framework(413, f"the body has {declared} bytes; at most {limit} are accepted")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise framework(
-                413, f"the body has more than {limit} bytes; at most {limit} are accepted"
-            )
-        chunks.append(chunk)
+    timeout = request.app.state.service.config.body_timeout
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise framework(
+                        413, f"the body has more than {limit} bytes; at most {limit} are accepted"
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        err = framework(408, f"the body did not arrive within {timeout:g} s")
+        err.headers["Connection"] = "close"
+        raise err from None
     return b"".join(chunks)
 
 

@@ -39,7 +39,7 @@ from .ack_batcher import AckBatcher
 from .batching import Batcher
 from .config import ServiceConfig
 from .get_batcher import GetBatcher
-from .metrics import Metrics
+from .metrics import Metrics, StatsRefresher
 from .put_batcher import PutBatcher
 from .responses import ApiError, framework, invalid, not_found_queue
 
@@ -57,7 +57,8 @@ class Service:
         self.conn = Connection(connection)
         self.sealer = Sealer(config.secret_bytes())
         self.accounts = AccountStore(self.conn, self.sealer)
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.stats_seconds)
+        self.refresher: StatsRefresher | None = None
         self._pool: queue_mod.LifoQueue[QueueClient] = queue_mod.LifoQueue()
         for _ in range(config.workers):
             self._pool.put(QueueClient(connection, self.conn))
@@ -104,7 +105,20 @@ class Service:
         self.metrics.ack_writes.inc()
         return await self.call(lambda c: c.ack_many(queue, receipts), "AckMessage", queue)
 
+    def start_stats(self) -> None:
+        """Start refreshing the queue stats of ``/metrics`` and the dashboard in the background,
+        on a client of their own (outside the pool and the worker threads)."""
+        self.metrics.watch_queues(QueueClient(self.connection_config, self.conn))
+        self.refresher = StatsRefresher(self.metrics)
+        self.refresher.start()
+
+    def stop_stats(self) -> None:
+        if self.refresher is not None:
+            self.refresher.stopped.set()
+            self.refresher.join(timeout=10)
+
     def close(self) -> None:
+        self.stop_stats()
         self.conn.shutdown()
 
     def with_client(self, fn: Callable[[QueueClient], T]) -> T:
@@ -119,7 +133,20 @@ class Service:
     ) -> T:
         """``fn(client)`` on a worker thread; engine errors become API errors. ``queue`` (its
         engine name) is the queue ``fn`` acts on: when it is deleted while the request runs, the
-        answer is that queue's 404, as if it had been gone when the request came."""
+        answer is that queue's 404, as if it had been gone when the request came.
+
+        At most ``workers`` calls run at once; when ``max_waiting_calls`` already wait for one
+        of them, this call is refused at once with 503 and ``Retry-After`` (shed early, rather
+        than queue work, and the bodies it holds, without bound while Cassandra is slow)."""
+        if (
+            self.limiter.available_tokens < 1
+            and self.limiter.statistics().tasks_waiting >= self.config.max_waiting_calls
+        ):
+            self.metrics.shed.labels("engine").inc()
+            raise unavailable(
+                f"{self.config.max_waiting_calls} engine calls already wait for one of "
+                f"{self.config.workers} workers; retry"
+            )
         try:
             return await anyio.to_thread.run_sync(self.with_client, fn, limiter=self.limiter)
         except ApiError:

@@ -96,7 +96,22 @@ async def receive(request: Request) -> Response:
     if got and await client_left(request):
         await service.give_back(info.name, got)
         return json_response({"messages": []})
-    return json_response({"messages": [message_json(info, m) for m in got]})
+    kept = fit_in_answer(got, service.config.max_response_bytes)
+    if len(kept) < len(got):
+        await service.give_back(info.name, got[len(kept) :])
+    return json_response({"messages": [message_json(info, m) for m in kept]})
+
+
+def fit_in_answer(messages: list[Message], max_bytes: int) -> list[Message]:
+    """The first messages whose payloads fit in ``max_bytes`` together (always the first one):
+    the answer of a receive is built in memory, so its size is bounded; the rest are given
+    back (visible again at once, the delivery not counted)."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.payload)
+        if i > 0 and total > max_bytes:
+            return messages[:i]
+    return messages
 
 
 def _list(body: dict[str, Any], name: str) -> list:
