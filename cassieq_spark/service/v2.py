@@ -1,21 +1,19 @@
 """The batch API v2 under ``/api/v2/accounts/{account}/queues/{queue}``: batch put (with
 deduplication ids), batch receive with long polling, batch ack and batch visibility change with
 a result per entry, a change of the queue's settings, stats, redrive, purge; the same accounts
-and auth as v1. ``GET /api/v2/openapi.json`` describes it and
-``GET /api/v2/docs`` renders that description as a page.
+and auth as v1. :func:`openapi` describes these routes; :mod:`.openapi` makes them part of the
+service's one API document.
 """
 
 from __future__ import annotations
 
 import base64
-import html
-import json
 import time
 from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import validate
@@ -545,38 +543,7 @@ def openapi() -> dict[str, Any]:
     }
 
 
-async def openapi_json(request: Request) -> Response:
-    return json_response(openapi())
-
-
-async def docs(request: Request) -> Response:
-    doc = openapi()
-    rows = []
-    for path, ops in doc["paths"].items():
-        for method, spec in ops.items():
-            params = ", ".join(p["name"] for p in spec["parameters"] if p["in"] == "query")
-            rows.append(
-                f"<tr><td>{method.upper()}</td><td><code>{html.escape(path)}</code></td>"
-                f"<td>{html.escape(spec['summary'])}</td><td>{html.escape(spec['description'])}</td>"
-                f"<td>{html.escape(params)}</td></tr>"
-            )
-    page = (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>cassieq API v2</title>"
-        "</head><body><h1>cassieq HTTP API v2</h1><p>The machine-readable description: "
-        "<a href='/api/v2/openapi.json'>/api/v2/openapi.json</a>. The v1 API is the CassieQ "
-        "REST API (docs/service.md).</p><table border='1' cellpadding='4'><tr><th>method</th>"
-        "<th>path</th><th>what</th><th>auth</th><th>query</th></tr>"
-        + "".join(rows)
-        + "</table><pre id='openapi' hidden>"
-        + html.escape(json.dumps(doc))
-        + "</pre></body></html>"
-    )
-    return HTMLResponse(page)
-
-
 ROUTES = [
-    Route("/api/v2/openapi.json", openapi_json, methods=["GET"]),
-    Route("/api/v2/docs", docs, methods=["GET"]),
     Route(PREFIX, update_settings, methods=["PATCH"]),
     Route(PREFIX + "/messages", receive, methods=["GET"]),
     Route(PREFIX + "/messages", put, methods=["POST"]),
