@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -130,16 +131,21 @@ class Metrics:
 
 class SnapshotStats(QueueStatsCache):
     """A :class:`QueueStatsCache` whose readers only read: ``stats()`` returns the last pass's
-    snapshot at once, and only :meth:`refresh` (the refresher thread) makes passes."""
+    snapshot at once (and records that it is wanted), and only :meth:`refresh` (the refresher
+    thread) makes passes."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.snapshot: list[dict] = []
+        self.wanted = threading.Event()  # set by a reader; the refresher passes while it is
+        self.wanted_at = 0.0
 
     def refresh(self) -> None:
         self.snapshot = QueueStatsCache.stats(self)
 
     def stats(self) -> list[dict]:
+        self.wanted_at = time.monotonic()
+        self.wanted.set()
         return self.snapshot
 
 
@@ -161,9 +167,15 @@ def queue_stats_of(client: Any, max_queues: int = MAX_QUEUES) -> tuple[list[dict
 
 
 class StatsRefresher(threading.Thread):
-    """Refreshes a :class:`Metrics`' queue snapshot every :data:`QUEUE_STATS_SECONDS`, on its
-    own thread and its own client: outside the engine threads and their client pool, so no
-    scrape or dashboard poll takes a pooled client, and a slow pass delays only the snapshot."""
+    """Refreshes a :class:`Metrics`' queue snapshot every ``stats_seconds``, on its own thread
+    and its own client: outside the engine threads and their client pool, so no scrape or
+    dashboard poll takes a pooled client, and a slow pass delays only the snapshot.
+
+    It passes only while the stats are wanted: from the first scrape or dashboard poll (which
+    gets the snapshot as it is, empty at first) until none came for :data:`IDLE_PASSES`
+    intervals; an instance nobody scrapes reads nothing for them."""
+
+    IDLE_PASSES = 6
 
     def __init__(self, metrics: Metrics):
         super().__init__(name="cassieq-queue-stats", daemon=True)
@@ -172,7 +184,13 @@ class StatsRefresher(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        cache = self.metrics.queue_cache
         while not self.stopped.is_set():
+            if not cache.wanted.wait(1.0):
+                continue
+            if time.monotonic() - cache.wanted_at > self.IDLE_PASSES * self.interval:
+                cache.wanted.clear()  # nobody asked for a while: idle until someone does
+                continue
             try:
                 self.metrics.refresh_queues()
             except Exception:  # the snapshot stays as it was; the next pass retries

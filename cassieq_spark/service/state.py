@@ -115,7 +115,7 @@ class Service:
     def stop_stats(self) -> None:
         if self.refresher is not None:
             self.refresher.stopped.set()
-            self.refresher.join(timeout=10)
+            self.refresher.join(timeout=2)  # a pass under way ends with the session
 
     def close(self) -> None:
         self.stop_stats()

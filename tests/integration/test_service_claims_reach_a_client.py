@@ -148,7 +148,7 @@ def test_a_queue_deleted_during_its_requests_answers_404_and_other_queues_go_on(
     with ThreadPoolExecutor(10) as pool:
         futures = [pool.submit(churn), pool.submit(put_other)]
         futures += [pool.submit(use, i) for i in range(8)]
-        time.sleep(8)
+        time.sleep(5)
         stop.set()
         for f in futures:
             f.result()
