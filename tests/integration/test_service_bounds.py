@@ -14,8 +14,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -287,18 +285,23 @@ def test_every_bounded_setting_is_range_checked_at_start(
     assert "CASSIEQ_WORKERS" in capsys.readouterr().err
 
 
-def test_a_secret_file_that_never_ends_or_never_opens_is_refused(cassieq_options, tmp_path):
+def test_a_secret_file_that_never_ends_or_never_opens_is_refused(
+    cassieq_options, tmp_path, monkeypatch, capsys
+):
     """A FIFO nobody writes (opening it would wait for ever) and a device: refused at once."""
+    for k in [k for k in os.environ if k.startswith("CASSIEQ_")]:
+        monkeypatch.delenv(k)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CASSIEQ_")}
     for secret in (str(fifo), "/dev/zero"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "cassieq_spark.cli", "--port", cassieq_options["port"]]
-            + ["serve", "--secret-file", secret],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=clean,
-        )
-        assert proc.returncode != 0 and "not a regular file" in proc.stderr, proc.stderr
+        argv = ["--port", cassieq_options["port"], "serve", "--secret-file", secret]
+        result: list[int] = []
+        t = threading.Thread(target=lambda a=argv, r=result: r.append(cli.main(a)), daemon=True)
+        t.start()
+        t.join(10)
+        if t.is_alive():  # let the blocked open go, then fail
+            with open(fifo, "wb"):
+                pass
+            pytest.fail(f"cassieq serve --secret-file {secret} was still starting after 10 s")
+        assert result and result[0] != 0
+        assert "not a regular file" in capsys.readouterr().err
