@@ -267,6 +267,21 @@ BAD_SETTINGS = [
 ]
 
 
+def start_and_end(argv: list[str], fifo: os.PathLike | None = None) -> int:
+    """``cassieq <argv>``'s exit status; a test failure when it is still running after 10 s
+    (a service that started with a bad setting, or a start blocked on its secret file)."""
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(cli.main(argv)), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        if fifo is not None:  # let a blocked open go
+            with open(fifo, "wb"):
+                pass
+        pytest.fail(f"cassieq {' '.join(argv)} was still running after 10 s")
+    return result[0]
+
+
 def test_every_bounded_setting_is_range_checked_at_start(
     cassieq_options, tmp_path, monkeypatch, capsys
 ):
@@ -277,11 +292,11 @@ def test_every_bounded_setting_is_range_checked_at_start(
         monkeypatch.delenv(k)
     serve = ["--port", cassieq_options["port"], "serve", "--secret-file", str(tmp_path / "secret")]
     for extra, flag in BAD_SETTINGS:
-        assert cli.main([*serve, *extra]) != 0, extra
+        assert start_and_end([*serve, *extra]) != 0, extra
         err = capsys.readouterr().err
         assert flag in err and " to " in err, (extra, err)
     monkeypatch.setenv("CASSIEQ_WORKERS", "0")
-    assert cli.main(serve) != 0
+    assert start_and_end(serve) != 0
     assert "CASSIEQ_WORKERS" in capsys.readouterr().err
 
 
@@ -295,13 +310,5 @@ def test_a_secret_file_that_never_ends_or_never_opens_is_refused(
     os.mkfifo(fifo)
     for secret in (str(fifo), "/dev/zero"):
         argv = ["--port", cassieq_options["port"], "serve", "--secret-file", secret]
-        result: list[int] = []
-        t = threading.Thread(target=lambda a=argv, r=result: r.append(cli.main(a)), daemon=True)
-        t.start()
-        t.join(10)
-        if t.is_alive():  # let the blocked open go, then fail
-            with open(fifo, "wb"):
-                pass
-            pytest.fail(f"cassieq serve --secret-file {secret} was still starting after 10 s")
-        assert result and result[0] != 0
+        assert start_and_end(argv, fifo) != 0
         assert "not a regular file" in capsys.readouterr().err
