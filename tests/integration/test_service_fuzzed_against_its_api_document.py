@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 import uuid
 
 import pytest
@@ -97,7 +98,11 @@ def test_no_input_gets_a_5xx_and_every_answer_conforms(live):
         try:
             fuzz()
         except Exception as exc:  # every operation is fuzzed; all failures are reported
-            failures.append(f"{operation.label}: {str(exc)[:2000]}")
+            # the whole chain: Hypothesis wraps what failed (a flaky failure in a group)
+            text = "".join(traceback.format_exception(exc))
+            for sub in getattr(exc, "exceptions", ()):
+                text += "".join(traceback.format_exception(sub))
+            failures.append(f"{operation.label}: {text[-4000:]}")
     print(f"{operations} operations fuzzed, {len(failures)} failed")
     assert operations > 30
     assert not failures, "\n\n".join(failures)
