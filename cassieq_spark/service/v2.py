@@ -8,6 +8,7 @@ service's one API document.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from typing import Any
 
@@ -25,10 +26,11 @@ from ..engine.core.queues import UNSET, QueueInfo
 from ..errors import ConfigError, QueueNotFoundError
 from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
 from . import inputs, names
-from .responses import invalid, json_response, not_found_queue
+from .responses import ApiError, invalid, json_response, not_found_queue
 from .state import Service
 from .v1 import MAX_SECONDS, authorize, client_left, message_tag, queue_info, refuse_head
 
+log = logging.getLogger(__name__)
 PREFIX = "/api/v2/accounts/{account}/queues/{queue}"
 
 
@@ -92,12 +94,28 @@ async def receive(request: Request) -> Response:
         await anyio.sleep(min(pause, left))
         pause = min(pause * 2, POLL_MAX)
     if got and await client_left(request):
-        await service.give_back(info.name, got)
+        await give_back(service, info.name, got)
         return json_response({"messages": []})
     kept = fit_in_answer(got, service.config.max_response_bytes)
     if len(kept) < len(got):
-        await service.give_back(info.name, got[len(kept) :])
+        await give_back(service, info.name, got[len(kept) :])
     return json_response({"messages": [message_json(info, m) for m in kept]})
+
+
+async def give_back(service: Service, queue: str, messages: list[Message]) -> None:
+    """Give back messages claimed for nobody; a give-back that fails (Cassandra unavailable,
+    shed by the bound on waiting calls) is logged and the receive still answers: those messages
+    are visible again when their visibility timeout ends (at least once)."""
+    try:
+        await service.give_back(queue, messages)
+    except ApiError as exc:
+        log.warning(
+            "%d message(s) of %s claimed for nobody could not be given back (%s); they become "
+            "visible when their visibility timeout ends",
+            len(messages),
+            queue,
+            exc.body,
+        )
 
 
 def fit_in_answer(messages: list[Message], max_bytes: int) -> list[Message]:
