@@ -7,7 +7,7 @@ the three documented error shapes).
 The queue routes are called on a live account with its key (a generated account would only
 meet 401s), on a queue that holds messages; the admin routes with the admin key and generated
 account names. Bounded here: a fixed seed and ``CASSIEQ_FUZZ_EXAMPLES`` examples per operation
-(default 4), both printed; ``make test-long`` runs it with many more
+(default 3), both printed; ``make test-long`` runs it with many more
 (``tests/long/test_service_fuzz_long.py``).
 """
 
@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
 from support.service_harness import LOOPBACK, start_test_server
 
 SEED = int(os.environ.get("CASSIEQ_FUZZ_SEED", "20261202"))
-EXAMPLES = int(os.environ.get("CASSIEQ_FUZZ_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("CASSIEQ_FUZZ_EXAMPLES", "3"))
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
