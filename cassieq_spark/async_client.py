@@ -31,11 +31,13 @@ from cassandra.auth import AuthProvider
 from . import async_bridge
 from .async_worker import AsyncWorker
 from .client import PutEntry, QueueClient
-from .consume_loop import AsyncConsumeLoop
+from .consume_loop import AsyncConsumeLoop, Releaser
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.core import queues
 from .engine.core.messages import Message
+from .engine.core.progress import ProgressSink
 from .engine.core.queues import QueueInfo
+from .engine.upkeep.batch_moves import DEFAULT_BATCH as DEFAULT_MOVE_BATCH
 from .engine.upkeep.moves import MoveReport
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.repair import RepairReport
@@ -94,6 +96,11 @@ class AsyncQueueClient:
         loop = asyncio.get_running_loop()
         return cls(await loop.run_in_executor(None, QueueClient.from_options, options))
 
+    def releaser(self) -> Releaser:
+        """The synchronous client's releaser thread (:meth:`QueueClient.releaser`): it settles
+        the consume loops of this client left without ``aclose()`` too."""
+        return self.sync.releaser()
+
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
 
@@ -120,6 +127,7 @@ class AsyncQueueClient:
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
         tables_only: bool = False,
+        progress: ProgressSink | None = None,
     ) -> int:
         """:meth:`QueueClient.bootstrap`, on a worker thread (schema changes)."""
         loop = asyncio.get_running_loop()
@@ -132,6 +140,7 @@ class AsyncQueueClient:
                 app_password=app_password,
                 replication=replication,
                 tables_only=tables_only,
+                progress=progress,
             ),
         )
 
@@ -171,6 +180,7 @@ class AsyncQueueClient:
         dead_letter_queue: str | None = queues.UNSET,
         message_ttl: int | None = queues.UNSET,
         max_payload_bytes: int = queues.UNSET,
+        **other: Any,
     ) -> QueueInfo:
         return await self._run(
             "update_queue",
@@ -180,6 +190,7 @@ class AsyncQueueClient:
             dead_letter_queue=dead_letter_queue,
             message_ttl=message_ttl,
             max_payload_bytes=max_payload_bytes,
+            **other,
         )
 
     async def get_queue(self, name: str) -> QueueInfo:
@@ -299,6 +310,11 @@ class AsyncQueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         return await self._run(
             "redrive",
@@ -306,6 +322,10 @@ class AsyncQueueClient:
             to,
             max_messages=max_messages,
             visibility_timeout=visibility_timeout,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
         )
 
     async def move(
@@ -314,6 +334,11 @@ class AsyncQueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         return await self._run(
             "move",
@@ -321,10 +346,14 @@ class AsyncQueueClient:
             to,
             max_messages=max_messages,
             visibility_timeout=visibility_timeout,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
         )
 
-    async def purge(self, queue: str) -> PurgeReport:
-        return await self._run("purge", queue)
+    async def purge(self, queue: str, progress: ProgressSink | None = None) -> PurgeReport:
+        return await self._run("purge", queue, progress=progress)
 
     # -- looking ------------------------------------------------------------------------------
 
@@ -335,6 +364,12 @@ class AsyncQueueClient:
         return await self._run("stats", queue)
 
     async def repair(
-        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+        self,
+        queue: str,
+        repair_timeout: float | None = None,
+        dry_run: bool = False,
+        progress: ProgressSink | None = None,
     ) -> RepairReport:
-        return await self._run("repair", queue, repair_timeout=repair_timeout, dry_run=dry_run)
+        return await self._run(
+            "repair", queue, repair_timeout=repair_timeout, dry_run=dry_run, progress=progress
+        )

@@ -12,10 +12,13 @@ with QueueClient.connect(["127.0.0.1"]) as q:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,7 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from .consume_loop import ConsumeLoop
+from .consume_loop import ConsumeLoop, Releaser
 from .engine.consume import batch, batch_ack
 from .engine.consume import consumer as consumer_mod
 from .engine.consume.batch_ack import ReceiptResult
@@ -40,19 +43,23 @@ from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
+from .engine.core.progress import ProgressSink, start_task
 from .engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
 from .engine.store.roles import create_app_role
 from .engine.store.session import Connection
+from .engine.upkeep.batch_moves import DEFAULT_BATCH as DEFAULT_MOVE_BATCH
+from .engine.upkeep.batch_moves import move_in_batches, remaining_estimate
 from .engine.upkeep.moves import MoveReport, move_messages
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
-from .errors import ConfigError, PermissionDeniedError
+from .errors import ClientClosedError, ConfigError, PermissionDeniedError
 from .observability.client_metrics import timed
 from .observability.trace import with_trace_context
+from .observability.tracing import traced
 from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -130,6 +137,8 @@ class QueueClient:
         self.counters = Counters(self.conn)
         self._consumer = consumer_mod.Consumer(self.conn, self.counters)
         self._queues: dict[str, tuple[float, QueueInfo]] = {}
+        self._releaser: Releaser | None = None
+        self._releaser_lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -206,7 +215,21 @@ class QueueClient:
         meant for two at once. Closing it leaves the connection open."""
         return QueueClient(self.config, self.conn)
 
+    def releaser(self) -> Releaser:
+        """This client's releaser thread (started on first use): it settles the consume loops
+        left without ``close()`` (:mod:`cassieq_spark.consume_loop`)."""
+        with self._releaser_lock:
+            if self._releaser is None:
+                self._releaser = Releaser(self)
+            return self._releaser
+
     def close(self) -> None:
+        """Settle the consume loops handed to the releaser (waiting at most
+        ``RELEASER_CLOSE_SECONDS``), then close the connection if this client made it."""
+        with self._releaser_lock:
+            releaser, self._releaser = self._releaser, None
+        if releaser is not None:
+            releaser.close()
         if self._own:
             self.conn.shutdown()
 
@@ -226,6 +249,7 @@ class QueueClient:
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
         tables_only: bool = False,
+        progress: ProgressSink | None = None,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
 
@@ -266,16 +290,22 @@ class QueueClient:
                 "(--replication), not both"
             )
         replicas = None if replication is None else validate.replication(replication)
+        task = start_task(progress, "bootstrap", self.config.keyspace, 4, unit="steps")
         try:
             if create_keyspace:
                 schema.create_keyspace(
                     self.conn.session, self.config.keyspace, replication_factor, replicas
                 )
+            task.advance(1)
             version = schema.bootstrap(self.conn.session, self.config.keyspace)
+            task.advance(1)
             # The keyspace may be new: the check made at connect time had nothing to look at.
             check_cluster(self.config, self.conn.cluster.metadata)
+            task.advance(1)
             if app_role is not None and app_password is not None:
                 create_app_role(self.conn.session, self.config.keyspace, app_role, app_password)
+            task.advance(1)
+            task.finish(schema_version=version)
         except Unauthorized as exc:
             who = f"role {self.config.username!r}" if self.config.username else "this client"
             raise PermissionDeniedError(
@@ -305,6 +335,14 @@ class QueueClient:
         must be the queue's own (``dead_letter_queue=None`` too: the queue must have none); one
         that differs is :class:`~cassieq_spark.errors.QueueSettingsMismatchError` (a
         ``QueueExistsError``) naming each differing setting, never silently ignored."""
+        if not isinstance(exist_ok, bool):
+            raise ConfigError(f"exist_ok must be True or False, got {exist_ok!r}")
+        for key, value in (
+            ("visibility_timeout", visibility_timeout),
+            ("repair_timeout", repair_timeout),
+        ):
+            if value is not queues.UNSET:
+                validate.number(value, key)
         self._require_schema()
         asked = {
             "bucket_size": bucket_size,
@@ -334,6 +372,7 @@ class QueueClient:
         dead_letter_queue: str | None = queues.UNSET,
         message_ttl: int | None = queues.UNSET,
         max_payload_bytes: int = queues.UNSET,
+        **other: Any,
     ) -> QueueInfo:
         """Change settings of queue ``name`` while it is in use; returns the queue updated.
         Settings not given are kept; ``dead_letter_queue=None`` removes the dead-letter queue,
@@ -341,6 +380,10 @@ class QueueClient:
         in flight keep their visibility deadline, the delivery limit and dead-letter queue are
         checked at the next delivery, a new TTL and payload limit apply to messages put after
         it. Other clients see it within ``QUEUE_CACHE_SECONDS`` (5 s); this one at once."""
+        if other:  # the engine names a setting fixed at creation, or no setting at all
+            queues.update_queue(self.conn, name, **other)
+        if visibility_timeout is not queues.UNSET:
+            validate.number(visibility_timeout, "visibility_timeout")
         self._require_schema()
         info = queues.update_queue(
             self.conn,
@@ -373,6 +416,7 @@ class QueueClient:
         self._queues.pop(name, None)
 
     def _queue(self, name: str) -> QueueInfo:
+        self._require_open()
         validate.queue_name(name)  # before the cache: a list is no key of it
         cached = self._queues.get(name)
         if cached and time.monotonic() - cached[0] < QUEUE_CACHE_SECONDS:
@@ -381,7 +425,15 @@ class QueueClient:
 
     _schema_checked = False
 
+    def _require_open(self) -> None:
+        if self.conn.cluster.is_shutdown:
+            raise ClientClosedError(
+                f"this client of keyspace {self.config.keyspace!r} is closed (close() was "
+                "called, or its session was shut down): nothing was sent; make a new client"
+            )
+
     def _require_schema(self) -> None:
+        self._require_open()
         if not self._schema_checked:
             schema.require_schema(self.conn)
             self._schema_checked = True
@@ -409,6 +461,7 @@ class QueueClient:
         )[0]
 
     @timed("put_many")
+    @traced("send")
     def put_many(
         self,
         queue: str,
@@ -434,22 +487,26 @@ class QueueClient:
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         ids: list[str | None] = [None] * len(data)
         if dedup_ids is not None:
-            if isinstance(dedup_ids, str) or len(dedup_ids) != len(data):
+            if isinstance(dedup_ids, (str, bytes, AbstractSet, Mapping)):
+                raise ConfigError(
+                    "put_many takes one deduplication id per payload (None for none), in the "
+                    f"payloads' order: a list or tuple, got a {type(dedup_ids).__name__}"
+                )
+            given = list(itertools.islice(dedup_ids, len(data) + 1))
+            if len(given) != len(data):
+                more = "more than " if len(given) > len(data) else ""
                 raise ConfigError(
                     "put_many takes one deduplication id per payload (None for none), got "
-                    + (
-                        "one string"
-                        if isinstance(dedup_ids, str)
-                        else f"{len(dedup_ids)} for {len(data)} payloads"
-                    )
+                    f"{more}{len(given) - (1 if more else 0)} for {len(data)} payloads"
                 )
             ids = [
                 None if x is None else validate.dedup_id(x, f"dedup_ids[{i}]")
-                for i, x in enumerate(dedup_ids)
+                for i, x in enumerate(given)
             ]
         return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 
     @timed("put_batch")
+    @traced("send")
     def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
         """Enqueue messages that each have their own headers, delay and deduplication id (a
         :class:`PutEntry` each); returns their ids in order. Every entry is checked before
@@ -500,6 +557,7 @@ class QueueClient:
     # -- consuming ------------------------------------------------------------------------------
 
     @timed("get")
+    @traced("receive")
     def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
         """The next visible message, hidden from others for the visibility timeout; None if empty."""
         info = self._queue(queue)
@@ -511,6 +569,7 @@ class QueueClient:
         return self._consumer.get(info, vt)
 
     @timed("get_many")
+    @traced("receive")
     def get_many(
         self,
         queue: str,
@@ -533,6 +592,7 @@ class QueueClient:
         return batch.get_many(self._consumer, info, vt, n, wait)
 
     @timed("ack_many")
+    @traced("ack")
     def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
         """Ack up to 1,000 receipts at once; one :class:`ReceiptResult` per receipt, in order
         (``ok``, ``stale`` or ``invalid``): one bad receipt does not fail the others."""
@@ -558,6 +618,7 @@ class QueueClient:
         return sum(self._consumer.return_unused(info, m) for m in messages)
 
     @timed("ack")
+    @traced("ack")
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
@@ -606,10 +667,18 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move dead letters back to ``to``, each exactly once, keeping their provenance
         headers and counting redrives in ``cassieq-redrive-count``. ``dead_letter_queue`` must
-        be some queue's dead-letter queue (else :meth:`move` is the call)."""
+        be some queue's dead-letter queue (else :meth:`move` is the call). Messages move
+        ``batch_size`` at a time (1 to 1,000), at most ``rate`` per second (None: no limit);
+        ``progress`` receives the counts as they grow; ``one_at_a_time``: the slower path
+        that claims, writes and acks each message on its own (for comparison)."""
         source = self._queue(dead_letter_queue)
         if not any(q.dead_letter_queue == source.name for q in self.list_queues()):
             raise ConfigError(
@@ -617,7 +686,17 @@ class QueueClient:
                 "moves dead letters back; use move (cassieq move) for the messages of another "
                 "queue"
             )
-        return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
+        return self._move(
+            dead_letter_queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=True,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("move")
     def move(
@@ -626,19 +705,45 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move visible messages of ``queue`` to ``to``, each exactly once (header
-        ``cassieq-moved-from`` names the source)."""
-        return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
+        ``cassieq-moved-from`` names the source); the options are :meth:`redrive`'s."""
+        return self._move(
+            queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=False,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("purge")
-    def purge(self, queue: str) -> PurgeReport:
+    def purge(self, queue: str, progress: ProgressSink | None = None) -> PurgeReport:
         """Drop every message of ``queue`` written so far; producers may keep writing: nothing
-        written after the purge starts is lost (docs/operations.md)."""
-        return purge_queue(self.conn, self._queue(queue))
+        written after the purge starts is lost (docs/operations.md). ``progress``: the ids
+        looked at so far."""
+        return purge_queue(self.conn, self._queue(queue), progress)
 
     def _move(
-        self, source: str, to: str, max_messages: int | None, vt: float, *, redrive: bool
+        self,
+        source: str,
+        to: str,
+        max_messages: int | None,
+        vt: float,
+        *,
+        redrive: bool,
+        batch_size: int,
+        rate: float | None,
+        progress: ProgressSink | None,
+        one_at_a_time: bool,
     ) -> MoveReport:
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
@@ -646,15 +751,36 @@ class QueueClient:
             raise ConfigError(
                 f"max_messages must be a positive integer or None, got {max_messages!r}"
             )
-        return move_messages(
+        src, dst = self._queue(source), self._queue(to)
+        hint = None
+        if progress is not None and max_messages is None:
+            hint = remaining_estimate(self.counters.read(src))
+        if one_at_a_time:
+            return move_messages(
+                self.conn,
+                self.counters,
+                self._consumer,
+                src,
+                dst,
+                max_messages=max_messages,
+                visibility_timeout=visibility_seconds(vt),
+                redrive=redrive,
+                progress=progress,
+                total_hint=hint,
+            )
+        return move_in_batches(
             self.conn,
             self.counters,
             self._consumer,
-            self._queue(source),
-            self._queue(to),
+            src,
+            dst,
             max_messages=max_messages,
             visibility_timeout=visibility_seconds(vt),
             redrive=redrive,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            total_hint=hint,
         )
 
     # -- looking ------------------------------------------------------------------------------
@@ -672,7 +798,11 @@ class QueueClient:
 
     @timed("repair")
     def repair(
-        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+        self,
+        queue: str,
+        repair_timeout: float | None = None,
+        dry_run: bool = False,
+        progress: ProgressSink | None = None,
     ) -> RepairReport:
         """One repair pass in this process (the Spark job `jobs/repair.py` does the same, spread)."""
         if repair_timeout is not None:
@@ -683,4 +813,5 @@ class QueueClient:
             self._queue(queue),
             repair_timeout=repair_timeout,
             dry_run=dry_run,
+            progress=progress,
         )
