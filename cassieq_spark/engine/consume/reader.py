@@ -761,6 +761,24 @@ class Reader:
         raise busy
 
     def give_back(self, queue: QueueInfo, rows: list, version: int, now: float) -> None:
+        """See :meth:`give_back_once`; a give-back whose compare-and-set's reply came after
+        the deadline of its due time (``timers.in_time``) may have landed after a stream's
+        timer window passed it, and is made again (version one higher, a new timer), at most
+        ``timers.LATE_REDOS`` times."""
+        for _ in range(timers.LATE_REDOS):
+            due = self.give_back_once(queue, rows, version, now)
+            if due is None or timers.in_time(due):
+                return
+            log.warning(
+                "queue %s: a give-back reached Cassandra too late to be read by every timer "
+                "path; made again",
+                queue.name,
+            )
+            version, now = version + 1, clock.now()
+
+    def give_back_once(
+        self, queue: QueueInfo, rows: list, version: int, now: float
+    ) -> float | None:
         """Hand ``rows`` (scanned rows of one bucket, each just claimed at ``version`` by this
         client, whose receipts nobody has seen) to the stream that took the lease: each
         becomes a redelivery due ``now``, with a timer in ``slot(now)`` and its delivery count
@@ -780,9 +798,9 @@ class Reader:
         The rows of one bucket are changed by one conditional batch (one Paxos round); if it
         does not apply (a row changed meanwhile, e.g. its TTL ran out), one compare-and-set
         each. A row that cannot be given back stays claimed and comes back when its
-        visibility timeout ends."""
+        visibility timeout ends. Returns the earliest due time written (None: no rows)."""
         if not rows:
-            return
+            return None
         bucket = bucket_of(rows[0].id, queue.bucket_size)
         now, due = timers.store(self.conn, queue, [(0.0, r.id) for r in rows], now)
         token = uuid.uuid4().hex[:16]
@@ -802,9 +820,10 @@ class Reader:
             batch = self._batch(_GIVE_BACK, _GIVE_BACK_TEXT, params)
             res = self.conn.cas(batch, (), read=read, read_params=keys[0], applied=given_back)
             if res.was_applied:
-                return
+                return min(due)
         for p, key in zip(params, keys, strict=True):
             self.conn.cas(_GIVE_BACK, p, read=read, read_params=key, applied=given_back)
+        return min(due)
 
     def _schedule(self, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
         """Write the timer; the slot's "not empty" marker only once per slot and client (the
