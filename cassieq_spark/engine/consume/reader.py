@@ -607,9 +607,13 @@ class Reader:
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
         # So does a fresh grouped message's head (groups.py): whoever passes it finds it named.
-        if not self._timer_written(queue, row.id, due):
-            self._schedule(queue, due, row.id, now)
-        self.heads.write_heads(queue, [row])
+        try:
+            if not self._timer_written(queue, row.id, due):
+                self._schedule(queue, due, row.id, now)
+            self.heads.write_heads(queue, [row])
+        except Exception as exc:
+            self._not_claimed(queue, [row.id], exc)
+            return None
         if outlived(now, vt):
             # The timer may lie in a slot every timer path has passed (timers.in_time holds
             # for it only before now + vt): no claim relies on it. The row stays as it was,
@@ -669,8 +673,12 @@ class Reader:
         ids = [r.id for r in rows]
         # The timers go first: if we die right after the claim, the messages still come back.
         # So do the heads of grouped messages (groups.py): whoever passes them finds them named.
-        self._schedule_many(queue, due, ids, now)
-        self.heads.write_heads(queue, rows)
+        try:
+            self._schedule_many(queue, due, ids, now)
+            self.heads.write_heads(queue, rows)
+        except Exception as exc:
+            self._not_claimed(queue, ids, exc)
+            return None
         if outlived(now, vt):
             return None  # the timers may have been passed already: as in claim()
         # The first bodies are read alongside the claim (one round trip less; wasted only on a
@@ -725,6 +733,21 @@ class Reader:
                 )
             )
         return out
+
+    def _not_claimed(self, queue: QueueInfo, ids: list[int], exc: Exception) -> None:
+        """A write that goes before a claim (its timer, a group's head) failed: the claim is
+        not sent, as after a lost race, and what the call claimed before stays its caller's.
+        Raising instead would take those from the caller, each delivery counted and seen by
+        nobody. A write that applied anyway leaves a stray timer (the timer path finds the
+        row as it is) or a head naming a fresh message (which blocks nothing)."""
+        log.warning(
+            "queue %s: a write before the claim of message %d (and %d more) failed (%s); "
+            "not claimed",
+            queue.name,
+            ids[0],
+            len(ids) - 1,
+            exc,
+        )
 
     def _batch(self, statement: str, text: str, params: list[tuple]) -> BatchStatement:
         """One conditional batch of the prepared single-row ``statement``, repeated: a single
