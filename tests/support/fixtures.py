@@ -15,6 +15,7 @@ compare-and-set lives in the engine.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -181,3 +182,22 @@ def query_drivers(cassieq_options):
     yield make
     for d in made:
         d.reader.stop()
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: what is released must be released without it."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
+def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
+    """A second :class:`QueueClient` (its own releaser thread), closed at the end of the test;
+    ``queue_client`` stays the observer."""
+    client = QueueClient.from_options(cassieq_options)
+    yield client
+    client.close()

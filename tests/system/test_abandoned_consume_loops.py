@@ -9,41 +9,11 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
-from collections.abc import Callable, Iterator
 
 import pytest
+from support.released_loops import eventually, visible
 
 from cassieq_spark import QueueClient
-
-SETTLE_BOUND = 20.0  # seconds: a liveness bound, far above what settling takes
-
-
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-@pytest.fixture
-def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
-    client = QueueClient.from_options(cassieq_options)
-    yield client
-    client.close()
-
-
-def _eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + SETTLE_BOUND
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
-def _visible(observer: QueueClient, queue: str, n: int) -> Callable[[], bool]:
-    return lambda: len(observer.peek(queue, 100)) == n
 
 
 def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
@@ -80,10 +50,10 @@ def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
     cycle.append(cycle)
     del cycle
     gc.collect()
-    _eventually(_visible(queue_client, queue_name, 20), "not every message came back")
+    eventually(visible(queue_client, queue_name, 20), "not every message came back")
     assert queue_client.stats(queue_name)["in_flight"] == 0
     assert len(settled_on) == 101 and set(settled_on) == {"cassieq-releaser"}
-    _eventually(
+    eventually(
         lambda: not any(t.name.startswith("heartbeat-") for t in threading.enumerate()),
         "a heartbeat thread was left running",
     )
