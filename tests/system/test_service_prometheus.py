@@ -9,25 +9,21 @@ System tier (marked ``system``): skipped with one line where ``prometheus`` is n
 from __future__ import annotations
 
 import json
-import secrets
 import uuid
 
 import pytest
 from support.prometheus import PROMETHEUS, prometheus
-from support.service_harness import LOOPBACK, start_server
+from support.service_harness import LOOPBACK, start_server_on
 
 pytestmark = pytest.mark.system
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus: apt-get install prometheus")
 def test_prometheus_scrapes_the_per_queue_backlog(cassandra, keyspace, tmp_path):
-    server = start_server(
+    server = start_server_on(
         tmp_path / "server",
-        cassandra.contact_points,
-        cassandra.port,
+        cassandra,
         keyspace,
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
         "--bootstrap",
     )
     try:
