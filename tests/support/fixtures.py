@@ -36,6 +36,7 @@ from support.cluster_faults import (
     faults_on,
 )
 from support.driver import Driver
+from support.service_harness import Server, start_test_server
 
 TEST_KEYSPACE = "cassieq_test"
 FAULT_MODES = ("none", "lost-reply")
@@ -201,3 +202,13 @@ def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
     client = QueueClient.from_options(cassieq_options)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def server(cassandra, queue_client, cassieq_options, tmp_path_factory) -> Iterator[Server]:
+    """``cassieq serve`` on the test keyspace (bootstrapped by ``queue_client``), one a test
+    module, stopped after the module's last test. A module that needs other server options
+    defines its own ``server`` fixture, which takes precedence."""
+    s = start_test_server(tmp_path_factory.mktemp("service"), cassandra, cassieq_options)
+    yield s
+    s.stop()
