@@ -18,10 +18,12 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 setup: $(STAMP) $(JARS_STAMP)
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares the ranges the package allows; constraints.txt pins the versions this
+# checkout is tested with (a change to either rebuilds the venv).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,connect,cli,demo,server,test,bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[spark,connect,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
