@@ -46,17 +46,21 @@ serve: setup
 	  --http-port $(HTTP_PORT) --secret-file .serve/secret --admin-key-file .serve/admin-key
 
 # Durable by default (commitlog synced before each acknowledgement; survives a SIGKILL or an
-# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash.
+# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash. A node killed
+# or stopped comes back on the port it was asked for (docs/local-cassandra.md).
+# CASSANDRA_BASE_DIR: where the nodes' data, logs and pid files are (a second node beside it).
+CASSANDRA_BASE_DIR ?= .cassandra/nodes
 cassandra-up: setup
 	$(PY) -m cassieq_dev.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
+	  --base-dir $(CASSANDRA_BASE_DIR) \
 	  $(if $(filter 0 no false,$(DURABLE)),--fast) $(if $(filter 1 yes true,$(AUTH)),--auth) \
 	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:
-	$(PY) -m cassieq_dev.local_cassandra down
+	$(PY) -m cassieq_dev.local_cassandra down --base-dir $(CASSANDRA_BASE_DIR)
 
 cassandra-status:
-	$(PY) -m cassieq_dev.local_cassandra status
+	$(PY) -m cassieq_dev.local_cassandra status --base-dir $(CASSANDRA_BASE_DIR)
 
 # A Spark standalone master and workers on 127.0.0.1 (logs and pid files in .spark/).
 WORKERS ?= 2
