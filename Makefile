@@ -34,14 +34,22 @@ $(JARS_STAMP): conf/pom.xml
 	touch $@
 
 # The HTTP service (docs/service.md) on the Cassandra on 127.0.0.1:$(CASSANDRA_PORT), or the embedded
-# one started for it; its secret and admin key are made once in .serve/ (mode 600).
+# one started for it; its secret and admin key are made once in .serve/ (mode 600). It installs
+# only what it needs: the [server] extra and the launcher's psutil (constraints.txt's versions).
 HTTP_PORT ?= 8080
-serve: setup
+SERVE_STAMP := $(VENV)/.installed-serve
+$(SERVE_STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e '.[server]' psutil
+	touch $@
+
+serve: $(SERVE_STAMP) $(JARS_STAMP)
 	$(PY) -m cassieq_dev.local_cassandra up --port $(CASSANDRA_PORT)
 	mkdir -p .serve && chmod 700 .serve
 	test -s .serve/secret || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/secret)
 	test -s .serve/admin-key || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/admin-key)
 	@echo "admin key: .serve/admin-key; API on http://127.0.0.1:$(HTTP_PORT)/api/v1, dashboard /dashboard"
+	@echo "a first queue, in another terminal: .venv/bin/cassieq account create acme (docs/service.md)"
 	$(PY) -m cassieq_spark.cli --port $(CASSANDRA_PORT) serve --bootstrap --create-keyspace --repair \
 	  --http-port $(HTTP_PORT) --secret-file .serve/secret --admin-key-file .serve/admin-key
 

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .accounts_cli import add_account_parser, run_account
 from .client import PutEntry, QueueClient, check_app_role
 from .config import (
     ConnectionConfig,
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("repair", help="one repair pass over a queue (JSON report)")
     s.add_argument("queue")
     s.add_argument("--dry-run", action="store_true")
+    add_account_parser(sub)
     return p
 
 
@@ -706,6 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The driver logs connection trouble as warnings; our one-line error says it better.
         logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        if args.command == "account":  # the service's admin API, not Cassandra
+            return run_account(args)
         if args.command == "serve":
             require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)
