@@ -97,7 +97,7 @@ def _smoke(python: Path, cassandra, cwd: Path) -> dict[str, str]:
         assert said["ok"] is True
         return {re.sub(r"[-_.]+", "-", k.lower()): v for k, v in said["versions"].items()}
     finally:
-        cassandra.session().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cassandra.session().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
 
 
 @pytest.fixture(scope="module")
