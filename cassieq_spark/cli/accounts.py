@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .errors import CassieQError, ConfigError
+from ..errors import CassieQError, ConfigError
 
 DEFAULT_SERVICE = "http://127.0.0.1:8080"
 # What `make serve` writes: the admin key of the service it starts, read when nothing else names one.
