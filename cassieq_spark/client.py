@@ -12,11 +12,13 @@ with QueueClient.connect(["127.0.0.1"]) as q:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -473,18 +475,21 @@ class QueueClient:
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         ids: list[str | None] = [None] * len(data)
         if dedup_ids is not None:
-            if isinstance(dedup_ids, str) or len(dedup_ids) != len(data):
+            if isinstance(dedup_ids, (str, bytes, AbstractSet, Mapping)):
+                raise ConfigError(
+                    "put_many takes one deduplication id per payload (None for none), in the "
+                    f"payloads' order: a list or tuple, got a {type(dedup_ids).__name__}"
+                )
+            given = list(itertools.islice(dedup_ids, len(data) + 1))
+            if len(given) != len(data):
+                more = "more than " if len(given) > len(data) else ""
                 raise ConfigError(
                     "put_many takes one deduplication id per payload (None for none), got "
-                    + (
-                        "one string"
-                        if isinstance(dedup_ids, str)
-                        else f"{len(dedup_ids)} for {len(data)} payloads"
-                    )
+                    f"{more}{len(given) - (1 if more else 0)} for {len(data)} payloads"
                 )
             ids = [
                 None if x is None else validate.dedup_id(x, f"dedup_ids[{i}]")
-                for i, x in enumerate(dedup_ids)
+                for i, x in enumerate(given)
             ]
         return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 

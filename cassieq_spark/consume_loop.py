@@ -310,6 +310,8 @@ class _AsyncState:
                     raise StopAsyncIteration
             self.current = self.pending.pop(0)
             return self.current
+        except GeneratorExit:  # closed unfinished (a task destroyed): no await is allowed now;
+            raise  # the loop's finalizer hands the settling to the releaser
         except BaseException:
             await self.settle(c)
             raise

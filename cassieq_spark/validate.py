@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 
 from .errors import ConfigError
@@ -397,7 +398,8 @@ def headers(value: object, position: int | None = None) -> dict[str, str] | None
 
 
 def group(value: object, what: str = "group") -> str:
-    """A message group: 1 to :data:`MAX_GROUP_CHARS` characters of valid Unicode."""
+    """A message group: 1 to :data:`MAX_GROUP_CHARS` characters of valid Unicode, not blank
+    and without control characters (a key nobody could tell from another when shown)."""
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
     if not 1 <= len(value) <= MAX_GROUP_CHARS:
@@ -405,6 +407,13 @@ def group(value: object, what: str = "group") -> str:
             f"{what} has {len(value)} characters; a group is 1 to {MAX_GROUP_CHARS} characters"
         )
     text(value, what)
+    if value.isspace():
+        raise ConfigError(f"{what} {_show(value)} is blank; a group needs a visible character")
+    control = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        raise ConfigError(
+            f"{what} {_show(value)} has the control character {control!r}; a group has none"
+        )
     return value
 
 

@@ -59,3 +59,36 @@ def test_a_closed_async_client_says_so(cassieq_options, queue_client, queue_name
 
     with pytest.raises(ClientClosedError):
         asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (
+            lambda q, n: q.put_many(n, [b"a", b"b"], dedup_ids={"s1", "s2"}),
+            r"in the payloads' order: a list or tuple, got a set",
+        ),
+        (
+            lambda q, n: q.put_many(n, [b"a", b"b"], dedup_ids={"d1": 1, "d2": 2}),
+            r"in the payloads' order: a list or tuple, got a dict",
+        ),
+        (
+            lambda q, n: q.put_many(n, [b"a"], dedup_ids=iter(["g1", "g2"])),
+            r"got more than 1 for 1 payloads",
+        ),
+        (lambda q, n: q.put(n, b"x", group="\x00"), r"has the control character '\\x00'"),
+        (lambda q, n: q.put(n, b"x", group=" "), r"group ' ' is blank"),
+    ],
+)
+def test_puts_refuse_what_would_drop_or_mix_up_a_message(queue_client, queue_name, call, error):
+    queue_client.create_queue(queue_name)
+    with pytest.raises(ConfigError, match=error):
+        call(queue_client, queue_name)
+    assert queue_client.stats(queue_name)["enqueued"] == 0
+
+
+def test_put_many_pairs_ids_from_a_generator_with_the_payloads(queue_client, queue_name):
+    queue_client.create_queue(queue_name)
+    ids = queue_client.put_many(queue_name, [b"a", b"b"], dedup_ids=(x for x in ["g1", "g2"]))
+    again = queue_client.put_many(queue_name, [b"a", b"b"], dedup_ids=["g1", "g2"])
+    assert ids == again and len(set(ids)) == 2
