@@ -138,7 +138,10 @@ def test_the_lowest_versions_the_ranges_allow_pass_the_unit_tier_and_the_smoke_t
         sysconfig.get_path("purelib") + "\n"
     )
 
-    unit = _run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "unit", "tests/unit")
+    unit = _run(
+        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "unit", "-n", "2",
+        "tests/unit",
+    )  # fmt: skip
     assert re.search(r"\d+ passed", unit.stdout), unit.stdout[-2000:]
 
     seen = _smoke(python, cassandra, ROOT)
