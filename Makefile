@@ -18,16 +18,21 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 setup: $(STAMP) $(JARS_STAMP)
 
-# pyproject.toml declares the ranges the package allows; constraints.txt pins the versions this
-# checkout is tested with (a change to either rebuilds the venv).
+# Each step says what it resolves before it starts (pip and Maven run quiet). pyproject.toml
+# declares the ranges the package allows; constraints.txt pins the versions this checkout is
+# tested with (a change to either rebuilds the venv).
 $(STAMP): pyproject.toml constraints.txt
+	@echo "setup: Python environment in $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setup: upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "setup: resolving the package and its extras [spark,connect,cli,demo,server,test,bench] from pyproject.toml, at constraints.txt's versions"
 	$(PY) -m pip install -q -c constraints.txt -e '.[spark,connect,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
 $(JARS_STAMP): conf/pom.xml
+	@echo "setup: resolving Cassandra's server jars (conf/pom.xml) with Maven into .cassandra/lib"
 	mkdir -p .cassandra/lib
 	mvn -q -B -f conf/pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(abspath .cassandra/lib) -DincludeScope=runtime

@@ -13,6 +13,7 @@ from ..config import connection_from_options, options_from_flags
 from ..config.flags import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, exit_status
 from ..errors import one_line
 from ..extras import require
+from ..observability.operator_flags import set_up_logging
 from ..service.server import serve
 from .accounts import run_account
 from .common import CommandExit
@@ -38,14 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     complete(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    if not args.debug:
-        # The driver logs connection trouble as warnings; our one-line error says it better.
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        set_up_logging(args)
         if args.command == "account":  # the service's admin API, not Cassandra
             return run_account(args)
         if args.command == "serve":

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from ..client import PutEntry, QueueClient
 from ..config.flags import EXIT_EMPTY, EXIT_STALE
 from ..engine.core.messages import to_bytes
+from ..engine.core.progress import start_task
 from ..engine.core.queues import QueueInfo
 from ..errors import ConfigError
+from ..observability.operator_flags import progress_of
 from ..validate import (
     MAX_BATCH,
     MAX_WAIT_SECONDS,
@@ -248,9 +250,13 @@ def run(args: argparse.Namespace, client: QueueClient) -> None:
     cmd = args.command
     if cmd == "put" and args.ndjson:
         entries = read_ndjson(sys.stdin.buffer, client.get_queue(args.queue))
+        task = start_task(progress_of(args), "put", args.queue, len(entries))
         for start in range(0, len(entries), MAX_BATCH):
-            for mid in client.put_batch(args.queue, entries[start : start + MAX_BATCH]):
+            ids = client.put_batch(args.queue, entries[start : start + MAX_BATCH])
+            for mid in ids:
                 print(mid)
+            task.advance(len(ids))
+        task.finish()
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
         print(

@@ -12,6 +12,7 @@ from ..config.flags import EXIT_OK
 from ..errors import ConfigError
 from ..extras import require
 from ..observability.exporter import DEFAULT_HOST, DEFAULT_PORT
+from ..observability.operator_flags import add_move_flags, check_move_flags, progress_of
 from ..observability.queue_metrics import DEFAULT_MAX_QUEUES, DEFAULT_REFRESH_SECONDS
 from ..validate import watch_count, watch_interval
 from .common import DEFAULT_WATCH_INTERVAL, dump, integer_flag, number_flag
@@ -49,6 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "--max", type=integer_flag, default=None, metavar="N", help="at most N (default all)"
         )
         s.add_argument("--visibility-timeout", type=number_flag, default=300.0, metavar="S")
+        add_move_flags(s)
 
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
@@ -94,6 +96,9 @@ def check(args: argparse.Namespace) -> None:
             )
         if not 1 <= args.max_queues <= 100_000:
             raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
+        return
+    if args.command in ("redrive", "move"):
+        check_move_flags(args)
         return
     if args.command != "stats":
         return
@@ -159,9 +164,19 @@ def run(args: argparse.Namespace, client: QueueClient) -> int:
             dump(client.stats(args.queue))
     elif cmd in ("redrive", "move"):
         mover = client.redrive if cmd == "redrive" else client.move
-        dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
+        report = mover(
+            args.queue,
+            args.to,
+            args.max,
+            args.visibility_timeout,
+            batch_size=args.batch_size,
+            rate=args.rate,
+            progress=progress_of(args),
+            one_at_a_time=args.one_at_a_time,
+        )
+        dump(report.as_dict())
     elif cmd == "purge":
-        dump(client.purge(args.queue).as_dict())
+        dump(client.purge(args.queue, progress=progress_of(args)).as_dict())
     elif cmd == "repair":
-        dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
+        dump(client.repair(args.queue, dry_run=args.dry_run, progress=progress_of(args)).as_dict())
     return EXIT_OK

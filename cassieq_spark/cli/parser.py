@@ -7,6 +7,7 @@ import argparse
 
 from .. import __version__
 from ..config import add_connection_flags
+from ..observability.operator_flags import add_operator_flags
 from ..service.server import add_serve_flags
 from . import messages, operations, queues
 from .accounts import add_account_parser
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"cassieq {__version__}")
     add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
+    add_operator_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in CLIENT_GROUPS:
         group.add_parsers(sub)

@@ -10,6 +10,7 @@ from ..client import QueueClient, check_app_role
 from ..config import ConnectionConfig, read_password_file
 from ..engine.core.queues import DEFAULT_SETTINGS, UPDATABLE_SETTINGS
 from ..errors import ConfigError
+from ..observability.operator_flags import progress_of
 from .common import dump, integer_flag, number_flag
 
 COMMANDS = frozenset({"bootstrap", "create-queue", "update-queue", "list-queues", "delete-queue"})
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace, client: QueueClient) -> None:
             args.app_password,
             replication=args.replication,
             tables_only=args.no_create,
+            progress=progress_of(args),
         )
         dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":
