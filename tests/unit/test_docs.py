@@ -254,6 +254,8 @@ def _cassieq_problems(words: list[str]) -> list[str]:
                 return [f"no flag {word} before the command"]
             i += 1 if action.nargs == 0 or "=" in word else 2
             continue
+        if word in ("...", "COMMAND"):  # any command
+            return []
         if word not in sub.choices:
             return [f"no command {word}"]
         flags = set(top) | {s for a in sub.choices[word]._actions for s in a.option_strings}
