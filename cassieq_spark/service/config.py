@@ -1,8 +1,9 @@
 """The service's settings: flags first, then ``CASSIEQ_*`` variables, then the original
 CassieQ server's variable names (``CLUSTER_NAME``, ``KEYSPACE``, ``CONTACT_POINTS``,
-``USERNAME``, ``PASSWORD``, ``USE_SSL``, ``DATA_CENTER``), then defaults. Secrets (the
-service secret, the admin key, the Cassandra password) come from files or variables, never
-from a flag's value.
+``USERNAME``, ``PASSWORD``, ``USE_SSL``, ``DATA_CENTER``), then defaults. The service
+secret and the admin key come from files or variables, never from a flag's value; the Cassandra
+password is the connection's, which every ``cassieq`` command also takes as ``--password``
+(shown by ``ps``: ``--password-file`` or ``CASSIEQ_PASSWORD`` keep it out of the process list).
 """
 
 from __future__ import annotations
