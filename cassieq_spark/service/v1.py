@@ -320,7 +320,7 @@ async def ack_message(request: Request) -> Response:
 
     try:
         # Refused here, not in the batch: a receipt that is not one of this queue's is a 400.
-        PopReceipt.decode(receipt).check_queue(info.queue_id, info.name, receipt)
+        PopReceipt.decode(receipt).check(info, receipt)
     except InvalidReceiptError:
         raise bad_receipt(receipt) from None
     if not await service.acks.ack(info.name, receipt):
