@@ -77,6 +77,12 @@ class Metrics:
             "Messages claimed for a v1 get whose client had left, given back at once",
             registry=self.registry,
         )
+        self.account_reads = Counter(
+            "cassieq_account_reads",
+            "Accounts read from Cassandra (cache misses; a name that is no account is cached "
+            "too, so made-up names cost one read each per cache period)",
+            registry=self.registry,
+        )
         self._queue_source: Callable[[], list[dict]] | None = None
         self.queue_cache = QueueStatsCache(self._queues, QUEUE_STATS_SECONDS, MAX_QUEUES)
         self.registry.register(QueueCollector(self.queue_cache))

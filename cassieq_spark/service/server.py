@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from ..config import connection_from_options, options_from_flags
 from ..errors import ConfigError, QueueNotFoundError
 from . import config as cfg
-from .config import ServiceConfig, original_env_options, read_secret
+from .config import ServiceConfig, operator_key, original_env_options, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,24 @@ def add_serve_flags(sub: argparse._SubParsersAction) -> None:
         "--admin-key-file",
         metavar="FILE",
         help="the admin API's key (or CASSIEQ_ADMIN_KEY_FILE, CASSIEQ_ADMIN_KEY); none: admin off",
+    )
+    s.add_argument(
+        "--metrics-key-file",
+        metavar="FILE",
+        help="a key for GET /metrics and the dashboard data besides the admin key (or "
+        "CASSIEQ_METRICS_KEY_FILE, CASSIEQ_METRICS_KEY)",
+    )
+    s.add_argument(
+        "--public-metrics",
+        action="store_true",
+        help="serve GET /metrics without a key: it shows every account's queue names, "
+        "backlogs and rates to anyone who reaches the port",
+    )
+    s.add_argument(
+        "--signed-url-max-seconds",
+        type=float,
+        default=None,
+        help="longest lifetime of a signed URL, from its use to its end time (7 days)",
     )
     s.add_argument("--clock-skew", type=float, default=None, help="signed requests' skew, s (60)")
     s.add_argument("--max-body-bytes", type=int, default=None, help="largest request body")
@@ -78,9 +96,32 @@ def service_config(
             "(or CASSIEQ_SECRET_FILE / CASSIEQ_SECRET); make one with "
             "`head -c 32 /dev/urandom | base64 > FILE` and keep it out of Cassandra"
         )
+    have = len(ServiceConfig(secret=secret).secret_bytes())
+    if have < cfg.MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"the service secret has {have} bytes; it needs at least {cfg.MIN_SECRET_BYTES} "
+            "(make one with `head -c 32 /dev/urandom | base64 > FILE`)"
+        )
     admin = read_secret(
         "admin key", args.admin_key_file, "CASSIEQ_ADMIN_KEY_FILE", "CASSIEQ_ADMIN_KEY", env
     )
+    metrics = read_secret(
+        "metrics key",
+        getattr(args, "metrics_key_file", None),
+        "CASSIEQ_METRICS_KEY_FILE",
+        "CASSIEQ_METRICS_KEY",
+        env,
+    )
+    url_max = _number(
+        getattr(args, "signed_url_max_seconds", None),
+        "CASSIEQ_SIGNED_URL_MAX_SECONDS",
+        env,
+        cfg.DEFAULT_SIGNED_URL_MAX_SECONDS,
+    )
+    if not 60 <= url_max <= 366 * 24 * 3600:
+        raise ConfigError(
+            f"--signed-url-max-seconds must be from 60 to 31622400 (366 days), got {url_max:g}"
+        )
     port = int(_number(args.http_port, "CASSIEQ_HTTP_PORT", env, cfg.DEFAULT_HTTP_PORT))
     if not 0 <= port <= 65535:
         raise ConfigError(f"--http-port must be from 0 to 65535, got {port}")
@@ -90,7 +131,11 @@ def service_config(
         host=args.http_host or env.get("CASSIEQ_HTTP_HOST") or "127.0.0.1",
         http_port=port,
         secret=secret,
-        admin_key=admin.decode() if admin else None,
+        admin_key=operator_key("admin key", "--admin-key-file", admin),
+        metrics_key=operator_key("metrics key", "--metrics-key-file", metrics),
+        public_metrics=bool(getattr(args, "public_metrics", False))
+        or env.get("CASSIEQ_PUBLIC_METRICS", "").strip().lower() in ("1", "true", "yes"),
+        signed_url_max_seconds=url_max,
         skew_seconds=_number(args.clock_skew, "CASSIEQ_CLOCK_SKEW", env, cfg.DEFAULT_SKEW_SECONDS),
         max_body_bytes=int(
             _number(args.max_body_bytes, "CASSIEQ_MAX_BODY_BYTES", env, cfg.DEFAULT_MAX_BODY_BYTES)

@@ -56,6 +56,7 @@ class Service:
         self.sealer = Sealer(config.secret_bytes())
         self.accounts = AccountStore(self.conn, self.sealer)
         self.metrics = Metrics()
+        self.accounts.on_read = self.metrics.account_reads.inc
         self._pool: queue_mod.LifoQueue[QueueClient] = queue_mod.LifoQueue()
         for _ in range(config.workers):
             self._pool.put(QueueClient(connection, self.conn))

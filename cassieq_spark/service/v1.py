@@ -55,9 +55,12 @@ async def authorize(
         queue,
         service.config.skew_seconds,
         dt.datetime.now(dt.timezone.utc),
+        service.config.signed_url_max_seconds,
     )
     auth.require(levels, level)
     request.state.account = account
+    request.state.levels = levels
+    request.state.claim = auth.url_claim(request.headers, request.query_params)
     return account
 
 

@@ -23,7 +23,7 @@ from ..engine.core.messages import Message
 from ..engine.core.queues import UNSET, QueueInfo
 from ..errors import ConfigError, QueueNotFoundError
 from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
-from . import inputs, names
+from . import auth, inputs, names
 from .responses import invalid, json_response, not_found_queue
 from .state import Service
 from .v1 import MAX_SECONDS, authorize, message_tag, queue_info
@@ -218,6 +218,9 @@ async def update_settings(request: Request) -> Response:
             if not isinstance(value, str):
                 raise invalid(f"dlqName must be a string or null, got {value!r}", 422)
             inputs.check_queue(account, value, "dlqName")
+            auth.require_target(
+                request.state.levels, request.state.claim, value, "the dead-letter queue"
+            )
             value = names.engine_name(account, value)
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
             raise invalid(f"{field} must be a number, got {value!r}", 422)
@@ -268,11 +271,15 @@ async def stats(request: Request) -> Response:
 async def redrive(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
+    # Taking the dead letters out of this queue acks them here; putting them into ``to``
+    # writes there.
+    auth.require(request.state.levels, "a")
     body = inputs.object_body(await inputs.body(request, 64 * 1024), "the redrive")
     to = inputs.field_str(body, "to")
     if not to:
         raise invalid("to (the queue to move the dead letters to) may not be null", 422)
     inputs.check_queue(account, to, "to")
+    auth.require_target(request.state.levels, request.state.claim, to)
     most = inputs.field_int(body, "max", None, 1, 10_000_000)
     info = await queue_info(service, request, account, "redrive")
     target = names.engine_name(account, to)

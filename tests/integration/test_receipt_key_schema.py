@@ -40,8 +40,7 @@ def _keyspace_of_version_11(session, keyspace: str) -> None:
         (qid,),
     )
     session.execute(
-        f"INSERT INTO {keyspace}.monoton (queue_id, lo, next) VALUES (%s, %s, 0) "
-        "USING TIMESTAMP 1",
+        f"INSERT INTO {keyspace}.monoton (queue_id, lo, next) VALUES (%s, %s, 0) USING TIMESTAMP 1",
         (qid, SENTINEL_LO),
     )
     session.execute(
@@ -69,9 +68,8 @@ def test_bootstrap_migrates_version_11_and_old_receipts_are_refused_until_redeli
         "port": str(cassandra.port),
         "keyspace": keyspace,
     }
-    with QueueClient.from_options(opts) as early:
-        with pytest.raises(Exception, match="bootstrap"):
-            early.put("kept", b"x")
+    with QueueClient.from_options(opts) as early, pytest.raises(Exception, match="bootstrap"):
+        early.put("kept", b"x")
     with QueueClient.from_options(opts) as client, QueueClient.from_options(opts) as other:
         assert client.bootstrap() == schema.SCHEMA_VERSION == 12
         assert client.bootstrap() == schema.SCHEMA_VERSION  # idempotent

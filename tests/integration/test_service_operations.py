@@ -32,7 +32,7 @@ def test_health_ready_metrics_and_the_access_log(
         assert r.headers["x-request-id"] == "trace-me-42"
         assert len(server.call("GET", "/health").headers["x-request-id"]) == 16
         server.call("GET", base + "/nope", headers=auth)
-        text = server.call("GET", "/metrics").body.decode()
+        text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
         route = 'route="/api/v1/accounts/{account}/queues/{queue}/messages"'
         assert f'cassieq_http_requests_total{{method="POST",{route},status="201"}} 1.0' in text
         assert 'method="GET",route="/api/v1/accounts/{account}/queues/{queue}",status="404"' in text

@@ -327,6 +327,11 @@ def create_queue(
     return get_queue(conn, name)
 
 
+def _keyed_with(key: bytes) -> Callable[[Any], bool]:
+    """The settle predicate of a receipt key's write: the row holds ``key``."""
+    return lambda row: row is not None and row.receipt_key == key
+
+
 def get_queue(conn: Connection, name: str) -> QueueInfo:
     """The queue's definition, its receipt key included.
 
@@ -349,7 +354,7 @@ def get_queue(conn: Connection, name: str) -> QueueInfo:
             (key, name, row.queue_id),
             read="SELECT receipt_key FROM {ks}.queues WHERE name = ?",
             read_params=(name,),
-            applied=lambda cur: cur is not None and cur.receipt_key == key,
+            applied=_keyed_with(key),
         )
         log.info("queue %s: receipt key made for a row that had none", name)
         # Whether ours or another reader's key won, the row is read again.
