@@ -57,6 +57,8 @@ def _unsigned(receipt: str) -> str:
     return "r1" + base64.urlsafe_b64encode(raw[:28]).decode().rstrip("=")
 
 
+# With every compare-and-set reply lost: the first reader's key write is settled by reading back.
+@pytest.mark.parametrize("fault_mode", ["lost-reply"], indirect=True)
 @pytest.mark.usefixtures("fault_mode")
 def test_bootstrap_migrates_version_11_and_old_receipts_are_refused_until_redelivery(
     cassandra, keyspace
