@@ -453,7 +453,7 @@ def read_ndjson(stream) -> list[PutEntry]:
     return entries
 
 
-def _check_args(args: argparse.Namespace) -> None:
+def check_args(args: argparse.Namespace) -> None:
     """Values argparse takes as text, checked before connecting: a typo costs no connection."""
     if args.command == "put":
         if args.ndjson:
@@ -710,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)
             return serve(args)
-        _check_args(args)
+        check_args(args)
         config = connection_from_options(_options(args))
         if args.command == "bootstrap":
             _check_bootstrap(args, config)

@@ -58,7 +58,7 @@ def _base_dirs(args: argparse.Namespace) -> list[Path]:
     return [Path(args.base_dir).resolve()]
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cassieq_dev.local_cassandra")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start N nodes (idempotent) and wait until they answer CQL")
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 

@@ -45,6 +45,12 @@ FILE_NAME = "cassieq-sink-target.json"
 _checked: dict[str, Target] = {}  # checkpoint -> target already checked by this process
 
 
+def forget_checked() -> None:
+    """Forget which checkpoints this process checked, so that the next check reads the
+    checkpoint's target file again, as a new driver process does."""
+    _checked.clear()
+
+
 @dataclass(frozen=True)
 class Target:
     cluster: str

@@ -28,7 +28,7 @@ import pytest
 from cassandra.query import BatchStatement
 
 from cassieq_spark import QueueClient, cli
-from cassieq_spark.engine.core.messages import BATCH_MAX_BYTES, Pipeline, _map_bytes, write_messages
+from cassieq_spark.engine.core.messages import BATCH_MAX_BYTES, Pipeline, map_bytes, write_messages
 from cassieq_spark.engine.core.receipts import PopReceipt
 from cassieq_spark.errors import (
     CassieQError,
@@ -467,4 +467,4 @@ def test_batches_are_sized_by_payload_plus_headers(queue_client, world):
     write_messages(queue_client.conn, info, 10**9, [b"x"] * 40, [headers] * 40, pipeline=pipe)
     pipe.drain()
     assert len(pipe.batch_header_bytes) >= 20
-    assert max(pipe.batch_header_bytes) <= BATCH_MAX_BYTES + len(_map_bytes(headers))
+    assert max(pipe.batch_header_bytes) <= BATCH_MAX_BYTES + len(map_bytes(headers))

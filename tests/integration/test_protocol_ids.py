@@ -149,7 +149,7 @@ def test_skewed_creator_cannot_shadow_the_counter(queue_client, queue_name):
     finally:
         conn.cluster.timestamp_generator = real
     a = monoton.reserve(conn, q, 5)
-    monoton._last_next.pop(q.queue_id, None)  # a second writer that has to read the counter
+    monoton.forget_counter_seen(q.queue_id)  # a second writer that has to read the counter
     b = monoton.reserve(conn, q, 5)
     assert (a.lo, b.lo) == (0, 5)
     from cassieq_spark.engine.core import pointers
@@ -195,7 +195,7 @@ def test_reading_the_counter_walks_no_tombstones(queue_client, queue_name):
     stmt = conn.prepare("SELECT next, lo FROM {ks}.monoton WHERE queue_id = ? AND lo = ?")
     rs = conn.session.execute(stmt, (q.queue_id, SENTINEL_LO), trace=True)
     assert rs.one().next == n
-    assert monoton._read_next(conn, q, serial=False) == n
+    assert monoton.counter(conn, q) == n
     trace = rs.get_query_trace(max_wait_sec=10)
     read = [e.description for e in trace.events if "tombstone" in e.description]
     walked = sum(int(d.split(" and ")[1].split()[0]) for d in read if " and " in d)
@@ -228,7 +228,7 @@ def test_queue_from_before_the_sentinel_still_works(queue_client):
         "DELETE FROM {ks}.monoton WHERE queue_id = ? AND lo = ?", (q.queue_id, SENTINEL_LO)
     )
     conn.execute("UPDATE {ks}.monoton SET next = 0 WHERE queue_id = ?", (q.queue_id,))
-    monoton._last_next.pop(q.queue_id, None)
+    monoton.forget_counter_seen(q.queue_id)
     ids = queue_client.put_many(name, [b"a", b"b"])
     assert ids == [0, 1]
-    assert monoton._read_next(conn, q, serial=False) == 2
+    assert monoton.counter(conn, q) == 2

@@ -524,16 +524,16 @@ def test_target_record_follows_the_queue_incarnation(tmp_path):
     ckpt = f"file://{tmp_path}/ckpt"
     first = Target("c1", "ks", "q", "11111111-1111-1111-1111-111111111111")
     check_target(ckpt, first, allow_change=False)
-    sink_target._checked.clear()  # as a new driver process would
+    sink_target.forget_checked()  # as a new driver process would
     check_target(ckpt, first, allow_change=False)
     again = Target("c1", "ks", "q", "22222222-2222-2222-2222-222222222222")
     with pytest.raises(ConfigError, match="incarnation 1111.*incarnation 2222"):
         check_target(ckpt, again, allow_change=False)
     check_target(ckpt, again, allow_change=True)
-    sink_target._checked.clear()
+    sink_target.forget_checked()
     check_target(ckpt, again, allow_change=False)  # the new target is the recorded one now
     (tmp_path / "ckpt" / sink_target.FILE_NAME).write_text("{not json")
-    sink_target._checked.clear()
+    sink_target.forget_checked()
     with pytest.raises(ConfigError, match="unreadable"):
         check_target(ckpt, again, allow_change=False)
 

@@ -590,3 +590,27 @@ def test_driver_statements_per_batch_do_not_grow_with_plain_messages(
         assert st["acked"] == n and st["reader_pointer"] == ids[-1] + 1
         sent[n] = (len(planning), len(partitions), len(acking))
     assert sent[5000] == sent[200], sent
+
+
+def test_a_batch_whose_pointer_move_did_not_apply_is_acked_with_the_next(
+    queue_client, queue_name, drivers, fault_mode
+):
+    """The compare-and-set moving the reader pointer over a committed batch times out, and the
+    serial read settling it shows that it did not apply (a coordinator cut off by the network).
+    The next batch's ack moves the pointer over both batches: nothing the run delivered stays
+    unacked for clients or another query to receive again."""
+    if fault_mode != "none":
+        pytest.skip("here every compare-and-set applies and loses its reply: none fails to apply")
+    queue_client.create_queue(queue_name, bucket_size=10)
+    first = queue_client.put_many(queue_name, [b"a"] * 15)
+    d = drivers(queue_name, consumerId="pointer-not-moved")
+    d.start()
+    assert d.batch() == first
+    second = queue_client.put_many(queue_name, [b"b"] * 5)
+    rule = faults.inject(faults.TIMEOUT_BEFORE, r"UPDATE \S+\.pointers SET reader", times=1)
+    assert d.batch() == second  # planning it acks the first batch: that move does not apply
+    assert rule.hits == 1
+    assert queue_client.stats(queue_name)["reader_pointer"] == 0
+    assert d.batch() == []  # planning acks the second batch, and the first with it
+    st = queue_client.stats(queue_name)
+    assert st["reader_pointer"] == 20 and st["backlog"] == 0 and st["acked"] == 20, st

@@ -1,9 +1,10 @@
-"""A coordinator that is shutting down (a rolling restart drains one node at a time) refuses
-requests with Overloaded "Server is shutting down". The driver's retry policy re-sends what is
-safe to apply twice to the next node, so what reaches the engine with that error is a
-compare-and-set or a counter update. Neither may reach a caller: a compare-and-set is settled
-by reading its row and sent again if it did not apply, a counter update is dropped (the total is
-off by it, logged), because the operation it counts has already happened.
+"""A coordinator that is shutting down (a rolling restart drains one node at a time, a
+whole-cluster stop drains them all) refuses requests with Overloaded "Server is shutting down",
+before it runs them. The driver's retry policy sends any statement on to the next node; what
+still reaches the engine with that error (every node tried was shutting down) is sent again
+after a pause, as a request no node received is, so no caller sees it: a compare-and-set runs
+once, a counter update counts once. When the nodes stay away, the caller gets
+``CassandraUnavailableError``, marked as not delivered.
 
 ``faults.REFUSED_BEFORE`` raises the error a draining node sends, before anything runs.
 """
@@ -16,7 +17,9 @@ import time
 
 import pytest
 
+from cassieq_spark import CassandraUnavailableError
 from cassieq_spark.engine.store import faults
+from cassieq_spark.engine.store.failures import UNSENT_RETRY_DELAYS
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +44,7 @@ def test_an_ack_whose_acked_count_is_refused_reports_the_ack(queue_client, queue
     assert queue_client.ack(queue_name, msg.pop_receipt) is True
     assert rule.hits == 1
     assert queue_client.get(queue_name, visibility_timeout=1) is None
+    assert queue_client.stats(queue_name)["acked"] == 1  # sent again: it had not run
 
 
 @pytest.mark.fast
@@ -54,6 +58,30 @@ def test_a_put_whose_enqueued_count_is_refused_returns_its_id_once(queue_client,
     assert msg is not None and msg.id == mid and msg.payload == b"a"
     assert queue_client.ack(queue_name, msg.pop_receipt)
     assert queue_client.get(queue_name, visibility_timeout=1) is None
+    assert queue_client.stats(queue_name)["enqueued"] == 1
+
+
+def test_a_put_every_node_keeps_refusing_fails_as_unavailable_and_writes_nothing(
+    queue_client, queue_name
+):
+    """A whole cluster shutting down: the compare-and-set reserving the message's id is sent
+    again for a few seconds, then the caller gets the error it can act on, marked as never
+    delivered, and no message exists."""
+    queue_client.create_queue(queue_name, repair_timeout=1)
+    rule = faults.inject(faults.REFUSED_BEFORE, r"UPDATE \S+\.monoton SET next", times=None)
+    with pytest.raises(CassandraUnavailableError) as info:
+        queue_client.put(queue_name, b"never")
+    assert info.value.delivered is False
+    assert "shutting down" in str(info.value) and "retry once the cluster is back" in str(
+        info.value
+    )
+    assert rule.hits == 1 + len(UNSENT_RETRY_DELAYS)
+    faults.reset()
+    queue_client.repair(queue_name)
+    assert queue_client.get(queue_name, visibility_timeout=1) is None
+    mid = queue_client.put(queue_name, b"after")
+    msg = queue_client.get(queue_name, visibility_timeout=30)
+    assert msg is not None and msg.id == mid and msg.payload == b"after"
 
 
 class _RefuseEachOnce:

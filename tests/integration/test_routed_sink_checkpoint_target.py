@@ -28,7 +28,7 @@ def test_a_routed_sink_restarted_on_another_keyspace_is_refused(
     first = {**cassieq_options, "checkpointLocation": ckpt}
     plan_sink(first, ROUTED, overwrite=False, streaming=True)
     assert (tmp_path / "ckpt" / sink_target.FILE_NAME).exists()
-    sink_target._checked.clear()  # as a new driver process would
+    sink_target.forget_checked()  # as a new driver process would
     plan_sink(first, ROUTED, overwrite=False, streaming=True)  # same target: fine
 
     other = {**first, "keyspace": own_keyspace_client.config.keyspace}
@@ -37,5 +37,5 @@ def test_a_routed_sink_restarted_on_another_keyspace_is_refused(
     for fragment in (repr(cassieq_options["keyspace"]), repr(other["keyspace"]), "rows name"):
         assert fragment in str(err.value), str(err.value)
     plan_sink({**other, "allowTargetChange": "true"}, ROUTED, overwrite=False, streaming=True)
-    sink_target._checked.clear()
+    sink_target.forget_checked()
     plan_sink(other, ROUTED, overwrite=False, streaming=True)  # the new target is recorded

@@ -21,7 +21,7 @@ def test_a_file_checkpoint_keeps_the_target_check_through_hadoop(spark, tmp_path
     check_target(ckpt, first, allow_change=False)
     assert (tmp_path / "ckpt" / FILE_NAME).exists()
     assert (tmp_path / "ckpt" / f".{FILE_NAME}.crc").exists()  # Hadoop's ChecksumFs wrote it
-    sink_target._checked.clear()  # as a new driver process would
+    sink_target.forget_checked()  # as a new driver process would
     check_target(ckpt, first, allow_change=False)  # same target: fine
 
     other = Target("c1", "ks", "audit", "22222222-2222-2222-2222-222222222222")
@@ -29,8 +29,8 @@ def test_a_file_checkpoint_keeps_the_target_check_through_hadoop(spark, tmp_path
         check_target(ckpt, other, allow_change=False)
     assert "'orders'" in str(err.value) and "'audit'" in str(err.value)
     check_target(ckpt, other, allow_change=True)  # recorded through Hadoop: rename over
-    sink_target._checked.clear()
+    sink_target.forget_checked()
     check_target(ckpt, other, allow_change=False)
     with pytest.raises(ConfigError):
-        sink_target._checked.clear()
+        sink_target.forget_checked()
         check_target(ckpt, first, allow_change=False)

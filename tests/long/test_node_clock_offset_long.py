@@ -1,6 +1,6 @@
 """One Cassandra node's wall clock ahead of, then behind, the others', under load, counted.
 
-A durable 3-node cluster of its own (RF 3, CQL 39042, storage 37000 on 127.0.0.1-3). Node 3 is
+A durable 3-node cluster of its own (RF 3, CQL 22042, storage 22000 on 127.0.0.1-3). Node 3 is
 restarted with its wall clock ``OFFSET_MS`` ahead of the machine's (Cassandra's own clock seam:
 ``cassieq_dev.local_cassandra.clock``; its ``now()`` is read back through CQL to prove it), then,
 in the second run, behind. Each run carries the partition test's load, with the clients' clocks
@@ -56,8 +56,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 # Ports and directory of this test's own cluster: the shared one (19042/17000), the
 # development node (9042/7000) and the other harnesses' clusters are never touched.
-PORT = 39042
-STORAGE_PORT = 37000
+PORT = 22042  # below Linux's ephemeral range (32768-60999)
+STORAGE_PORT = 22000
 SKEWED_NODE = 3
 OFFSET_MS = int(os.environ.get("CASSIEQ_NODE_CLOCK_OFFSET_MS", "2000"))
 LOAD_SECONDS = 60.0

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from cassieq_spark import QueueClient
-from cassieq_spark.engine.core import monoton
-from cassieq_spark.engine.core.messages import read_range
+from cassieq_spark.engine.core import monoton, pointers
+from cassieq_spark.engine.core.messages import HEADER_ORIGIN_ID, read_one, read_range
 from cassieq_spark.engine.core.pointers import LEASE_READ
+from cassieq_spark.engine.upkeep.ranges import skipped_ranges
 from support.cluster_faults import eventually
 
 
@@ -26,17 +27,27 @@ class TimedCollector:
     def __init__(self) -> None:
         self.batches: dict[int, list[int]] = collections.defaultdict(list)
         self.values: dict[int, str] = {}
+        # A copy repair republished (under a new id) -> the id it copies, from its headers.
+        self.copies: dict[int, int] = {}
         self.arrivals: list[float] = []
         self.lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        rows = df.select("id", "value").collect()
+        rows = df.select("id", "value", "headers").collect()
         with self.lock:
             self.batches[batch_id].extend(r.id for r in rows)
             for r in rows:
                 self.values[r.id] = bytes(r.value).decode()
+                origin = (r.headers or {}).get(HEADER_ORIGIN_ID)
+                if origin is not None:
+                    self.copies[r.id] = int(origin)
             if rows:
                 self.arrivals.append(time.time())
+
+    def copied(self) -> set[int]:
+        """Ids delivered through a copy repair made of them."""
+        with self.lock:
+            return set(self.copies.values())
 
     def deliveries(self) -> collections.Counter[int]:
         with self.lock:
@@ -80,7 +91,17 @@ def started(start: Callable[[], Any], timeout: float = 120.0) -> Any:
     raise AssertionError("unreachable")
 
 
+def make_active(spark: Any) -> None:
+    """Make ``spark`` the active session of this thread's JVM side again. Spark resolves
+    ``format("cassieq")`` (a Python data source) through the calling thread's active session;
+    after queries of this session failed, a ``writeStream...start()`` once found another active
+    session there and failed with ``DATA_SOURCE_NOT_FOUND`` (docs/status.md)."""
+    spark._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+
+
 def start_source(spark: Any, options: dict[str, str], collector: TimedCollector, ck: str) -> Any:
+    make_active(spark)
+
     def start() -> Any:
         reader = spark.readStream.format("cassieq")
         for k, v in options.items():
@@ -97,6 +118,7 @@ def start_source(spark: Any, options: dict[str, str], collector: TimedCollector,
 
 
 def start_sink(spark: Any, options: dict[str, str], ck: str, rows_per_second: int = 20) -> Any:
+    make_active(spark)
     rate = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", str(rows_per_second))
@@ -169,6 +191,47 @@ def live_rows(client: QueueClient, queue: str, timeout: float = 60.0) -> dict[in
                 f"{len(rows)} then {len(again)} live rows"
             )
         rows = again
+
+
+def rows_after_repair(client: QueueClient, queue: str, before: dict[int, str]) -> dict[int, str]:
+    """The queue's live messages by id once a repair pass ran after ``before`` was read: rows of
+    ``before`` that repair reclaimed (consumed buckets, deleted) stay expected, those it marked
+    dead (republished under a new id) no longer are, and its copies are."""
+    info = client.get_queue(queue)
+    next_id = monoton.horizon(client.conn, info, 0).next_id
+    now = {r.id: r for r in read_range(client.conn, info, 0, next_id, "id, dead, payload")}
+    rows = {i: payload for i, payload in before.items() if i not in now}
+    rows.update({i: bytes(r.payload).decode() for i, r in now.items() if not r.dead})
+    return rows
+
+
+def explain_missing(client: QueueClient, queue: str, rows: dict[int, str], seen: Any) -> str:
+    """For a failure message: the expected ids never delivered, each with its row as stored, the
+    reservations around them and the queue's pointers, so a CI log alone can tell a skip from a
+    row that is still waiting for the source or for repair."""
+    missing = sorted(set(rows) - set(seen))
+    if not missing:
+        return "nothing missing"
+    info = client.get_queue(queue)
+    lines = [f"{len(missing)} of {len(rows)} expected ids never delivered: {missing[:20]}"]
+    lines.append(f"pointers: {pointers.read(client.conn, info)}")
+    for i in missing[:8]:
+        row = read_one(client.conn, info, i, "id, version, deliveries, acked, dead, enqueued_at")
+        lines.append(f"  id {i}: row {row}")
+    lo = max(0, missing[0] - monoton.MAX_BLOCK)
+    res = client.conn.execute(
+        "SELECT lo, hi, next, created_at, closed, released, owner FROM {ks}.monoton"
+        " WHERE queue_id = ? AND lo >= ? AND lo <= ?",
+        (info.queue_id, lo, missing[-1]),
+    )
+    near = [r for r in res if r.hi is None or r.hi > missing[0]]
+    lines += [f"  reservation {r}" for r in near[:40]]
+    lines += [
+        f"  skipped range {r}"
+        for r in skipped_ranges(client.conn, info)
+        if r.hi > missing[0] and r.lo <= missing[-1]
+    ][:20]
+    return "\n".join(lines)
 
 
 def assert_stream_accounted(

@@ -32,8 +32,10 @@ from cassieq_spark.client import QueueClient
 from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
 from cassieq_spark.validate import MAX_BATCH
 
-PORT = 39042  # beside the shared node (9042) and the cluster tests (19042, 29042)
-STORAGE_PORT = 37000
+# Beside the shared node (9042) and the cluster tests (19042, 29042); below Linux's ephemeral
+# range (32768-60999), where a port can be taken as the local end of an outgoing connection.
+PORT = 22042
+STORAGE_PORT = 22000
 BASE_DIR = STATE_DIR / "default-node-limits"
 KEYSPACE = "cassieq_default_node"
 

@@ -41,12 +41,19 @@ def test_groups_stay_ordered_and_exclusive_through_a_node_kill(cluster3: Faults,
         groups_of = groups_run.fill(admin, queue, GROUPS, PER_GROUP, seed=11)
 
         logs = [tmp_path / f"consumer-{i}.log" for i in range(3)]
+        restarted = tmp_path / "node-3-restarted"
         ctx = mp.get_context("spawn")
         procs = [
             ctx.Process(
                 target=groups_run.consume,
                 args=(options, queue, who, str(logs[who]), VT),
-                kwargs={"lost_replies": who == 2, "seed": 11, "idle_seconds": 45.0},
+                # Idle for 12 s ends a consumer only once the node is back (the file below).
+                kwargs={
+                    "lost_replies": who == 2,
+                    "seed": 11,
+                    "idle_seconds": 12.0,
+                    "until": str(restarted),
+                },
             )
             for who in range(3)
         ]
@@ -61,6 +68,7 @@ def test_groups_stay_ordered_and_exclusive_through_a_node_kill(cluster3: Faults,
             time.sleep(15)
             delivered_before_restart = _delivered(logs)
             cluster3.restart(3)
+            restarted.touch()
             for p in procs:
                 p.join(300)
                 assert p.exitcode == 0, f"consumer exited with {p.exitcode}: a call raised"

@@ -23,7 +23,9 @@ from cassieq_spark.errors import ConfigError, PermissionDeniedError
 pytestmark = pytest.mark.security
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT, STORAGE_PORT = 39042, 37000
+# Below Linux's ephemeral range (32768-60999): a port there can be taken at any moment as the
+# local end of some outgoing connection, and the node then fails to bind it.
+PORT, STORAGE_PORT = 22042, 22000
 KEYSPACE = "cassieq_secured"
 APP_ROLE = "cassieq_app"
 # Distinctive, so that any hit in a log, plan or report is this password and nothing else.

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cassieq_spark.cli import _check_args, build_parser
+from cassieq_spark.cli import build_parser, check_args
 from cassieq_spark.engine.consume.batch_ack import receipts_list, visibility_pairs
 from cassieq_spark.errors import ConfigError
 from cassieq_spark.validate import MAX_BATCH, MAX_WAIT_SECONDS, max_messages, wait_seconds
@@ -59,13 +59,13 @@ def test_receipts_and_pairs():
 def test_cli_checks_max_and_wait_before_connecting(argv, message):
     args = build_parser().parse_args(argv)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        _check_args(args)
+        check_args(args)
 
 
 def test_cli_get_without_max_keeps_its_single_message_form():
     args = build_parser().parse_args(["get", "q"])
-    _check_args(args)
+    check_args(args)
     assert (args.max, args.wait) == (None, None)
     args = build_parser().parse_args(["get", "q", "--max", "7", "--wait", "2.5"])
-    _check_args(args)
+    check_args(args)
     assert (args.max, args.wait) == (7, 2.5)

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from cassieq_dev.local_cassandra import cassandra_endpoint, ensure_cassandra
-from cassieq_dev.local_cassandra.cli import _parser
+from cassieq_dev.local_cassandra.cli import build_parser
 from cassieq_dev.local_cassandra.config import default_heap
 
 pytestmark = pytest.mark.unit
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.unit
 )
 def test_cassandra_up_is_durable_unless_asked_to_be_fast(argv: list[str], fast: bool) -> None:
     """N389: `make cassandra-up` ran the node that skips syncing its commitlog."""
-    args = _parser().parse_args(["up", *argv])
+    args = build_parser().parse_args(["up", *argv])
     assert args.fast is fast
 
 
 def test_durable_and_fast_exclude_each_other() -> None:
     with pytest.raises(SystemExit):
-        _parser().parse_args(["up", "--durable", "--fast"])
+        build_parser().parse_args(["up", "--durable", "--fast"])
 
 
 def test_make_demo_and_the_endpoint_default_to_durable() -> None:

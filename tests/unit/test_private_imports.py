@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("cassieq_spark", "cassieq_dev", "jobs", "bench")
+FOLDERS = ("cassieq_spark", "cassieq_dev", "jobs", "bench", "tests")
 
 
 def _is_module(package_dir: Path, name: str) -> bool:
@@ -27,17 +27,22 @@ def _target_dir(path: Path, node: ast.ImportFrom) -> Path | None:
         base = path.parent
         for _ in range(node.level - 1):
             base = base.parent
+        bases = [base]
     else:
-        base = ROOT
+        bases = [ROOT, ROOT / "tests"]  # the tests import their helpers as ``support.*``
     parts = (node.module or "").split(".") if node.module else []
-    target = base.joinpath(*parts)
-    return target if target.is_dir() else None
+    for base in bases:
+        target = base.joinpath(*parts)
+        if target.is_dir():
+            return target
+    return None
 
 
 def private_imports(path: Path, source: str) -> list[str]:
     """``file:line: module: name`` for each private name imported from another module."""
+    tree = ast.parse(source)
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
             continue
         package_dir = _target_dir(path, node)
@@ -48,6 +53,31 @@ def private_imports(path: Path, source: str) -> list[str]:
             if package_dir is not None and _is_module(package_dir, name):
                 continue
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module or '.'}: {name}")
+    return found + private_attributes(path, tree)
+
+
+def private_attributes(path: Path, tree: ast.Module) -> list[str]:
+    """``module._name`` where ``module`` was imported from this tree by ``from X import module``
+    (a private name reached through the module instead of imported)."""
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            package_dir = _target_dir(path, node)
+            for alias in node.names:
+                if package_dir is not None and _is_module(package_dir, alias.name):
+                    modules[alias.asname or alias.name] = alias.name
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(
+                f"{path.relative_to(ROOT)}:{node.lineno}: {modules[node.value.id]}: {node.attr}"
+            )
     return found
 
 
@@ -71,6 +101,9 @@ def test_no_module_imports_another_modules_private_names() -> None:
         ("from cassieq_spark.spark.sink import _TaskWrite\n", ["_TaskWrite"]),
         ("from ..memory import _cmdline as cmdline\n", ["_cmdline"]),
         ("from . import clock, _private_helper\n", ["_private_helper"]),
+        ("from support import cluster_faults\ncluster_faults._described(e)\n", ["_described"]),
+        ("from .core import monoton\nmonoton._last_next.clear()\n", ["_last_next"]),
+        ("from .core import monoton\nmonoton.counter(c, q)\n", []),
         ("from .consume.consumer import Consumer\n", []),
         ("from __future__ import annotations\nfrom .x import __version__\n", []),
     ],

@@ -47,3 +47,24 @@ def test_a_conditional_write_timeout_is_never_resent():
     assert (
         POLICY.on_write_timeout(_Stmt(True), 6, WriteType.SIMPLE, 2, 0, 0)[0] == RetryPolicy.RETRY
     )
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["conditional", "idempotent"])
+def test_a_node_shutting_down_sends_any_statement_to_the_next_node(idempotent):
+    """Cassandra's dispatcher refuses a request on a node whose transport shuts down before it
+    runs anything: even a compare-and-set or a counter update may go to the next node, up to
+    three nodes in all; then the error reaches the connection (which sends it again later)."""
+    error = OverloadedErrorMessage(0x1001, "Server is shutting down", None)
+    for retry_num in (0, 1):
+        decision = POLICY.on_request_error(_Stmt(idempotent), 6, error, retry_num)[0]
+        assert decision == RetryPolicy.RETRY_NEXT_HOST
+    assert POLICY.on_request_error(_Stmt(idempotent), 6, error, 2)[0] == RetryPolicy.RETHROW
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["conditional", "idempotent"])
+def test_a_read_that_timed_out_is_asked_once_more(idempotent):
+    """A read changes nothing, so its coordinator may be asked again, once, at the same level;
+    a compare-and-set that timed out reading its row is settled by reading, never re-sent."""
+    decision = POLICY.on_read_timeout(_Stmt(idempotent), 4, 2, 1, False, 0)
+    assert decision == ((RetryPolicy.RETRY, 4) if idempotent else (RetryPolicy.RETHROW, None))
+    assert POLICY.on_read_timeout(_Stmt(idempotent), 4, 2, 1, False, 1)[0] == RetryPolicy.RETHROW

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cassieq_spark.engine.stream.ack import SCAN_MAX_BUCKETS, SCAN_MAX_IDS, _gaps, _scans
+from cassieq_spark.engine.stream.ack import SCAN_MAX_BUCKETS, SCAN_MAX_IDS, scan_ranges, uncovered
 
 
 def _ids(scans, bucket_size):
@@ -15,8 +15,8 @@ def _ids(scans, bucket_size):
 
 
 def test_one_scan_for_a_batch_up_to_the_limits():
-    assert _scans(150, 5_000, [], 100) == [(list(range(1, 50)), 150, 5_000)]
-    assert _scans(0, 0, [], 100) == []
+    assert scan_ranges(150, 5_000, [], 100) == [(list(range(1, 50)), 150, 5_000)]
+    assert scan_ranges(0, 0, [], 100) == []
 
 
 def test_scans_read_every_id_outside_the_excluded_ranges_once():
@@ -26,8 +26,8 @@ def test_scans_read_every_id_outside_the_excluded_ranges_once():
         (0, 350_000, [], 100_000),
         (5, 20_000, [(0, 7), (19_000, 30_000)], 10),
     ]:
-        scans = _scans(lo, hi, excluded, size)
-        expected = [i for a, b in _gaps(lo, hi, excluded) for i in range(a, b)]
+        scans = scan_ranges(lo, hi, excluded, size)
+        expected = [i for a, b in uncovered(lo, hi, excluded) for i in range(a, b)]
         assert _ids(scans, size) == expected
         for buckets, slo, shi in scans:
             assert len(buckets) <= SCAN_MAX_BUCKETS
@@ -36,6 +36,6 @@ def test_scans_read_every_id_outside_the_excluded_ranges_once():
 
 
 def test_big_batches_take_one_scan_per_limit():
-    assert len(_scans(0, 1_000_000, [], 1_000)) == 10  # 100 buckets each
-    assert len(_scans(0, 20_000, [], 10)) == 20  # 100 buckets of 10 ids each
-    assert len(_scans(0, 300_000, [], 100_000)) == 3  # 100,000 ids each
+    assert len(scan_ranges(0, 1_000_000, [], 1_000)) == 10  # 100 buckets each
+    assert len(scan_ranges(0, 20_000, [], 10)) == 20  # 100 buckets of 10 ids each
+    assert len(scan_ranges(0, 300_000, [], 100_000)) == 3  # 100,000 ids each

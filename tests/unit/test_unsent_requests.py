@@ -10,8 +10,14 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException, ConnectionShutdown
 from cassandra.pool import NoConnectionsAvailable
+from cassandra.protocol import OverloadedErrorMessage
 
-from cassieq_spark.engine.store.failures import never_sent
+from cassieq_spark.engine.store.failures import (
+    is_shutdown_refusal,
+    never_sent,
+    resend_unsent,
+    unsent_after_refusal,
+)
 from cassieq_spark.errors import CassandraUnavailableError, ConnectionFailedError
 
 
@@ -100,3 +106,49 @@ def test_a_lost_local_data_center_is_named_with_the_way_out():
     assert local_dc_down(hosts, "dc1") is None  # a dc1 node is up: not this
     # Every data center's nodes down: the whole cluster is gone, nothing better to say.
     assert local_dc_down([_host("127.0.0.1", "dc1", False), hosts[2]], "dc2") is None
+
+
+SHUTTING_DOWN = OverloadedErrorMessage(0x1001, "Server is shutting down", None)
+
+
+def test_a_refusal_of_a_node_shutting_down_proves_nothing_ran():
+    assert is_shutdown_refusal(SHUTTING_DOWN)
+    # The Overloaded of a compare-and-set's commit loop may follow an accepted proposal.
+    assert not is_shutdown_refusal(OverloadedErrorMessage(0x1001, "Too many in flight", None))
+    assert not is_shutdown_refusal(ConnectionException("Server is shutting down"))
+    assert never_sent(unsent_after_refusal(SHUTTING_DOWN))
+    assert not never_sent(_nha(SHUTTING_DOWN, OperationTimedOut("timed out")))
+
+
+def test_a_request_every_node_refused_while_shutting_down_is_sent_again(monkeypatch):
+    """Sent again after a pause (the nodes may be back: a rolling restart); when every node
+    still refuses, the caller gets the unavailable error, marked as not delivered."""
+    from cassieq_spark.engine.store import failures
+
+    monkeypatch.setattr(failures, "UNSENT_RETRY_DELAYS", (0.0, 0.0))
+    calls = []
+
+    def refused_then_ok():
+        calls.append(1)
+        if len(calls) == 1:
+            raise SHUTTING_DOWN
+        return "ran"
+
+    def unavailable(exc):
+        return CassandraUnavailableError(str(exc), exc.errors, delivered=not never_sent(exc))
+
+    assert resend_unsent(refused_then_ok, unsent_after_refusal(SHUTTING_DOWN), unavailable) == "ran"
+    assert len(calls) == 2
+
+    def always_refused():
+        raise SHUTTING_DOWN
+
+    with pytest.raises(CassandraUnavailableError) as info:
+        resend_unsent(always_refused, unsent_after_refusal(SHUTTING_DOWN), unavailable)
+    assert info.value.delivered is False
+
+    def other_overload():
+        raise OverloadedErrorMessage(0x1001, "Too many in flight", None)
+
+    with pytest.raises(OverloadedErrorMessage):  # may have run: not for this path to resend
+        resend_unsent(other_overload, unsent_after_refusal(SHUTTING_DOWN), unavailable)

@@ -229,7 +229,7 @@ def _timestamp_bytes(value: dt.datetime) -> bytes:
     return _INT64.pack(round(to_epoch(value) * 1000))
 
 
-def _map_bytes(headers: dict[str, str]) -> bytes:
+def map_bytes(headers: dict[str, str]) -> bytes:
     """A frozen map<text, text> in the native protocol (v3+) encoding."""
     parts = [_INT32.pack(len(headers))]
     for k, v in headers.items():
@@ -419,7 +419,7 @@ def write_messages(
                 visible_b = _timestamp_bytes(from_epoch(now + delays[i]))
             h = headers[i] if headers is not None else None
             if h is not last_h:
-                last_h, last_hb = h, (_map_bytes(h) if h else UNSET_VALUE)
+                last_h, last_hb = h, (map_bytes(h) if h else UNSET_VALUE)
                 last_hn = len(last_hb) if h else 0
                 g = h.get(HEADER_GROUP) if h else None
                 last_g = g.encode("utf-8") if g is not None else UNSET_VALUE

@@ -127,6 +127,12 @@ def counter(conn: Connection, queue: QueueInfo) -> int:
     return _read_next(conn, queue, serial=False)
 
 
+def forget_counter_seen(queue_id) -> None:
+    """Forget the counter this process saw after its last reservation on the queue, so that its
+    next reservation reads the counter first, as a writer in a fresh process does."""
+    _last_next.pop(queue_id, None)
+
+
 def add_sentinel(conn: Connection, queue_id, future: bool = False):
     """The always-present row at ``SENTINEL_LO``. Stamped 1, so it never shadows anything."""
     f = conn.execute_async(

@@ -13,6 +13,7 @@ from typing import Any
 from cassandra.cluster import Cluster, NoHostAvailable
 from cassandra.connection import ConnectionBusy, ConnectionException
 from cassandra.pool import NoConnectionsAvailable
+from cassandra.protocol import OverloadedErrorMessage
 
 from ...errors import CassandraUnavailableError
 from . import suspend
@@ -122,8 +123,31 @@ def never_sent(exc: NoHostAvailable) -> bool:
     return all(
         isinstance(e, (NoConnectionsAvailable, ConnectionBusy))
         or (isinstance(e, ConnectionException) and bool(_UNSENT.match(str(e))))
+        or is_shutdown_refusal(e)
         for e in errors.values()
     )
+
+
+# Cassandra's native-protocol dispatcher answers every request that reaches a node whose
+# transport is shutting down with Overloaded and this message, before it runs anything.
+_SHUTTING_DOWN = "Server is shutting down"
+
+
+def is_shutdown_refusal(err: object) -> bool:
+    """An Overloaded a node sends while it shuts down (a drain, a restart, a whole-cluster
+    stop). Cassandra refuses the request before running it, so, unlike the Overloaded a
+    compare-and-set can get while it commits, it proves nothing applied: any statement may be
+    sent again."""
+    return isinstance(err, OverloadedErrorMessage) and _SHUTTING_DOWN in str(
+        getattr(err, "message", "") or err
+    )
+
+
+def unsent_after_refusal(err: OverloadedErrorMessage) -> NoHostAvailable:
+    """The refusal of a node shutting down, once the retry policy has tried the other nodes,
+    as the NoHostAvailable of a request no node ran: sent again while the nodes come back, then
+    the :class:`CassandraUnavailableError` a user can act on (``resend_unsent``)."""
+    return NoHostAvailable("every node tried is shutting down", {"a node shutting down": err})
 
 
 def first_error(exc: NoHostAvailable) -> str:
@@ -151,4 +175,8 @@ def resend_unsent(
             return send()
         except NoHostAvailable as again:
             exc = again
+        except OverloadedErrorMessage as again:
+            if not is_shutdown_refusal(again):
+                raise
+            exc = unsent_after_refusal(again)
     raise unavailable(exc) from exc

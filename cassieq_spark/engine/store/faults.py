@@ -13,9 +13,9 @@ Nothing of Cassandra is faked. Every statement the engine sends goes through
   commit);
 * ``refused_before``: the caller gets Overloaded and the statement never runs (what a
   coordinator that is shutting down answers: "Server is shutting down"). The driver's retry
-  policy re-sends what is safe to apply twice to the next host, so in production only
-  compare-and-sets and counter updates reach the engine with it; the seam raises it for any
-  statement it matches.
+  policy sends any statement on to the next node after it, so in production it reaches the
+  engine only when every node tried was shutting down; the seam raises it for any statement
+  it matches, on every attempt (a statement sent again passes the seam again).
 
 Named *points* in the protocol code (``faults.point("sink.closed")``) let a test run its own
 action between two steps: pause, run another consumer, kill a block. ``skew`` moves this

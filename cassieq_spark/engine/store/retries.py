@@ -11,6 +11,7 @@ import re
 from cassandra.policies import RetryPolicy, WriteType
 
 from . import faults
+from .failures import is_shutdown_refusal
 
 _COUNTER_UPDATE = re.compile(r"\bSET\s+(\w+)\s*=\s*\1\s*[+-]", re.IGNORECASE)
 
@@ -30,6 +31,19 @@ class QueueRetryPolicy(RetryPolicy):
     compare-and-set whose outcome is unknown (a timeout, a lost connection, Unavailable or
     Overloaded) is settled by a SERIAL read of its row (:meth:`Connection.cas`).
     """
+
+    def on_read_timeout(
+        self, query, consistency, required_responses, received_responses, data_retrieved, retry_num
+    ):
+        # A read changes nothing: the coordinator is asked once more. A replica just back from
+        # a network cut is marked up before it answers reads; a second try may go to other
+        # replicas or find it answering (one try, tested only as a decision). The same
+        # coordinator, not the next node: a query plan that runs out turns the timeout into a
+        # NoHostAvailable, which says no node answered. A compare-and-set can also time out
+        # while it reads the current values: not idempotent, never re-sent.
+        if retry_num == 0 and getattr(query, "is_idempotent", False):
+            return self.RETRY, consistency
+        return self.RETHROW, None
 
     def on_write_timeout(
         self, query, consistency, write_type, required_responses, received_responses, retry_num
@@ -52,7 +66,8 @@ class QueueRetryPolicy(RetryPolicy):
     def on_request_error(self, query, consistency, error, retry_num):
         # Overloaded comes before a request runs, or, for a compare-and-set, from the hint
         # check in the commit loop of an accepted proposal: like Unavailable, only what is
-        # safe to apply twice goes to the next host.
-        if retry_num < 2 and getattr(query, "is_idempotent", False):
+        # safe to apply twice goes to the next host. A node shutting down refuses before it
+        # runs anything, so any statement may go on to the next host.
+        if retry_num < 2 and (getattr(query, "is_idempotent", False) or is_shutdown_refusal(error)):
             return self.RETRY_NEXT_HOST, None
         return self.RETHROW, None

@@ -49,7 +49,15 @@ from cassandra.query import (
 from ...config import ConnectionConfig, check_cluster
 from ...errors import CassandraUnavailableError, ConfigError, ConnectionFailedError
 from . import faults, suspend
-from .failures import first_error, local_dc_down, resend_unsent, tls_hint, unavailable_error
+from .failures import (
+    first_error,
+    is_shutdown_refusal,
+    local_dc_down,
+    resend_unsent,
+    tls_hint,
+    unavailable_error,
+    unsent_after_refusal,
+)
 from .retries import QueueRetryPolicy, is_idempotent
 
 log = logging.getLogger(__name__)
@@ -114,18 +122,33 @@ class _Translated:
         suspend.wait_future(self._future)
         try:
             return self._future.result()
-        except NoHostAvailable as exc:
-            return self._conn.resend_unsent(self._resend, exc)
+        except (NoHostAvailable, OverloadedErrorMessage) as exc:
+            return _send_again_if_unsent(self._conn, self._resend, exc)
 
 
 class _Failed:
-    """A future whose result is an exception (a fault injected into an async request)."""
+    """A future whose result is an exception (a fault injected into an async request), which
+    is handled as the driver's would be."""
 
-    def __init__(self, exc: Exception):
+    def __init__(self, exc: Exception, conn: Connection, resend: Callable[[], Any]):
         self.exc = exc
+        self._conn = conn
+        self._resend = resend
 
     def result(self):
-        raise self.exc
+        return _send_again_if_unsent(self._conn, self._resend, self.exc)
+
+
+def _send_again_if_unsent(conn: Connection, resend: Callable[[], Any], exc: Exception) -> Any:
+    """After a request failed: send it again if no node ran it (no node took it, or every node
+    tried refused it while shutting down), else raise what a user can act on."""
+    if isinstance(exc, CassandraUnavailableError):
+        raise exc  # already translated, and already sent again where that was safe
+    if isinstance(exc, NoHostAvailable):
+        return conn.resend_unsent(resend, exc)
+    if is_shutdown_refusal(exc):
+        return conn.resend_unsent(resend, unsent_after_refusal(exc))
+    raise exc
 
 
 def _text(statement) -> str:
@@ -469,26 +492,36 @@ class Connection:
         """Run ``statement`` (CQL text with ``{ks}``, or a bound/batch statement)."""
         stmt = self._statement(statement)
         kw.setdefault("execution_profile", self.profile)
+        # Every attempt passes the fault seam, the first and any sent again.
+        send = lambda: self._send(statement, stmt, params, kw)  # noqa: E731
+        try:
+            if suspend.current() is not None:
+                # Under an asynchronous runner: the same request on the driver's asynchronous
+                # path, the operation suspended until its reply (its failures handled there).
+                if (
+                    faults.state.active
+                    and (exc := self._disturb(statement, stmt, params, kw)) is not None
+                ):
+                    raise exc
+                future = self.session.execute_async(stmt, params or None, **kw)
+                return _Translated(future, self, send).result()
+            return send()
+        except (NoHostAvailable, OverloadedErrorMessage) as exc:
+            return _send_again_if_unsent(self, send, exc)
+
+    def _send(self, statement, stmt, params, kw):
+        """One attempt of ``statement``, disturbed as a test's fault says, if one does."""
         if faults.state.active and (exc := self._disturb(statement, stmt, params, kw)) is not None:
             raise exc
-        if suspend.current() is not None:
-            # Under an asynchronous runner: the same request on the driver's asynchronous path,
-            # the operation suspended until its reply.
-            future = self.session.execute_async(stmt, params or None, **kw)
-            send = lambda: self.session.execute(stmt, params or None, **kw)  # noqa: E731
-            return _Translated(future, self, send).result()
-        try:
-            return self.session.execute(stmt, params or None, **kw)
-        except NoHostAvailable as exc:
-            return self.resend_unsent(lambda: self.session.execute(stmt, params or None, **kw), exc)
+        return self.session.execute(stmt, params or None, **kw)
 
     def execute_async(self, statement, params: tuple | list | None = (), **kw):
         stmt = self._statement(statement)
         kw.setdefault("execution_profile", self.profile)
+        send = lambda: self._send(statement, stmt, params, kw)  # noqa: E731
         if faults.state.active and (exc := self._disturb(statement, stmt, params, kw)) is not None:
-            return _Failed(exc)
-        future = self.session.execute_async(stmt, params or None, **kw)
-        return _Translated(future, self, lambda: self.session.execute(stmt, params or None, **kw))
+            return _Failed(exc, self, send)
+        return _Translated(self.session.execute_async(stmt, params or None, **kw), self, send)
 
     def resend_unsent(self, send: Callable[[], Any], exc: NoHostAvailable) -> Any:
         """After a NoHostAvailable: if no node received the request (every connection it tried

@@ -20,6 +20,14 @@ delivered. While the pointer lies below a batch's id path ``[from, end)``, the a
 message that path delivered ``acked = true`` instead (a plain write each, no Paxos) and leaves
 the pointer alone; clients move it over acked rows by themselves later.
 
+**A pointer move that did not apply** (its compare-and-set timed out and the read settling it
+showed it had not applied, as with a coordinator cut off by the network) leaves the pointer
+below the next batch's id path. Those ids were this run's, though: while a run's acks have
+meant to move the pointer through ``[low, high)``, a pointer found inside that span is moved by
+the next ack over the ids between as well, which it scans like any range no tally covers. So
+a missed move costs one batch of delay, never an ack (a run that dies before its next ack
+leaves those ids to clients and other queries, at least once).
+
 Every write here is fenced by the consumer lease (``lease.py``): the pointer moves are
 compare-and-sets conditioned on it, and the lease is renewed right before the plain writes.
 An ``acked`` cell on a queue with a message TTL carries what is left of the message's own, so
@@ -84,7 +92,7 @@ _NOT_PLAIN = (
 )
 
 
-def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def uncovered(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The parts of ``[lo, hi)`` outside the ``excluded`` ranges."""
     out: list[tuple[int, int]] = []
     pos = lo
@@ -99,14 +107,14 @@ def _gaps(lo: int, hi: int, excluded: Sequence[tuple[int, int]]) -> list[tuple[i
     return [(a, b) for a, b in out if a < b]
 
 
-def _scans(
+def scan_ranges(
     lo: int, hi: int, excluded: Sequence[tuple[int, int]], bucket_size: int
 ) -> list[tuple[list[int], int, int]]:
     """``[lo, hi)`` outside the ``excluded`` ranges as scans ``(buckets, slo, shi)``: runs of
     consecutive buckets within one gap. ``id >= slo AND id < shi`` clips every bucket of a run
     to the gap, since a bucket holds only ids of its own span."""
     out: list[tuple[list[int], int, int]] = []
-    for glo, ghi in _gaps(lo, hi, excluded):
+    for glo, ghi in uncovered(lo, hi, excluded):
         buckets: list[int] = []
         slo = shi = glo
         for bucket, blo, bhi in split_by_bucket(glo, ghi, bucket_size):
@@ -136,6 +144,9 @@ class BatchAck:
         self.lease = lease
         self.candidates = candidates
         self.run = run  # the run whose tasks' tallies the acks use ("": none, scan)
+        # [low, high): the ids this run's acks have meant to move the reader pointer over, one
+        # batch after the other (None before its first such ack).
+        self._meant: tuple[int, int] | None = None
 
     def ack(
         self, end_id: int, end_ts: int, scan_from: int | None = None, from_id: int | None = None
@@ -150,7 +161,11 @@ class BatchAck:
         p = pointers.read(self.conn, self.queue)
         prev = p.reader
         lo = prev if from_id is None else from_id  # where the batch's id path started
-        own = prev >= lo  # may the pointer move over [prev, end_id)?
+        # May the pointer move over [prev, end_id)? Yes when the batch started at or below it,
+        # or when an earlier ack of this run meant to move it past ``prev`` and did not.
+        own = prev >= lo or (
+            self._meant is not None and self._meant[0] <= prev and lo <= self._meant[1]
+        )
         ttls: dict[int, int] = {}  # id -> TTL of its ack (what is left of the message's)
         if own:
             plain, to_mark = self._id_path_acks(lo, prev, end_id, end_ts, ttls)
@@ -181,6 +196,16 @@ class BatchAck:
             self._mark_acked(sorted(to_mark), ttls)
             self.candidates.finished(to_mark)
         moved = own and end_id > prev and self.lease.advance("reader", end_id)
+        if own:
+            low = prev if self._meant is None else min(self._meant[0], prev)
+            self._meant = (low, max(end_id, self._meant[1] if self._meant else end_id))
+            if end_id > prev and not moved:
+                log.warning(
+                    "queue %s: the reader pointer did not move %d -> %d; the next ack moves it",
+                    self.queue.name,
+                    prev,
+                    end_id,
+                )
         acked = len(to_mark) + (plain if moved else 0)
         Counters(self.conn).add(self.queue, "acked", acked)
         # Clients resume the timer path here; the stream's next batch looks back as far.
@@ -241,7 +266,9 @@ class BatchAck:
         """The plain rows of ``gaps`` (Cassandra counts them); the others go to ``special``."""
         excluded = skipped_overlapping(self.conn, self.queue, gaps[0][0], gaps[-1][1])
         scans = [
-            scan for glo, ghi in gaps for scan in _scans(glo, ghi, excluded, self.queue.bucket_size)
+            scan
+            for glo, ghi in gaps
+            for scan in scan_ranges(glo, ghi, excluded, self.queue.bucket_size)
         ]
         counted = 0
         found: dict[int, Any] = {}
