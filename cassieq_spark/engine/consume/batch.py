@@ -29,7 +29,7 @@ from ..core.messages import Message
 from ..core.queues import QueueInfo
 from ..store import faults, suspend
 from ..stream.lease import stream_busy
-from .consumer import Consumer, still_held
+from .consumer import Consumer, outlived, still_held
 from .reader import Batches
 
 POLL_FIRST = 0.05  # long polling: the first pause between two looks (seconds) ...
@@ -45,7 +45,7 @@ def get_many(
     pause = POLL_FIRST
     while True:
         started = clock.now()
-        out = still_held(queue, _receive(c, queue, vt, max_messages, started), started, vt)
+        out = still_held(c, queue, _receive(c, queue, vt, max_messages, started), started, vt)
         left = deadline - time.monotonic()
         if out or left <= 0:
             return out
@@ -77,7 +77,7 @@ def _receive(c: Consumer, queue: QueueInfo, vt: float, want: int, now: float) ->
             raise busy_seen[0]
         return out
     faults.point("batch.before_reader_path", queue=queue, now=now)
-    if len(out) < want:
+    if len(out) < want and not outlived(now, vt):
         try:
             out += c.reader.take(queue, ptrs, now, vt, want - len(out), Batches(c.reader))
         except QueueBusyError:

@@ -361,9 +361,10 @@ def _change_batch(
             return False
         ttls = {mid: remaining_ttl(row, queue, now) for mid, row in found.items()}
     # The new timers first: if we die right after the change, the messages still come back.
-    due = [(now + seconds, r.message_id) for _, r, seconds in part]
-    for f in [conn.execute_async(t) for t in timers.many_statements(conn, queue, due, now)]:
-        f.result()
+    # Stored where every timer path reads them (timers.store: a late write is made again,
+    # due a little later).
+    now, dues = timers.store(conn, queue, [(seconds, r.message_id) for _, r, seconds in part], now)
+    due = [(d, r.message_id) for d, (_, r, _) in zip(dues, part, strict=True)]
     token = uuid.uuid4().hex[:16]
     batch = BatchStatement(batch_type=BatchType.LOGGED)
     stmt = conn.prepare(_CHANGE_ROW)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 
 from cassandra.query import UNSET_VALUE
 
@@ -31,7 +32,7 @@ from ..store import faults
 from ..store.session import Connection
 from ..stream.lease import stream_busy
 from ..upkeep.deadletter import HEADER_DELIVERY_COUNT, HEADER_ORIGIN_ID, HEADER_ORIGIN_QUEUE
-from .reader import OneAtATime, Reader
+from .reader import OneAtATime, Reader, outlived
 from .timer_path import ROW, TimerPath
 
 # The ack of a grouped message: only while the receipt's delivery holds it.
@@ -46,14 +47,26 @@ __all__ = [
     "HEADER_ORIGIN_ID",
     "HEADER_ORIGIN_QUEUE",
     "Consumer",
+    "Withheld",
+    "outlived",
     "still_held",
 ]
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Withheld:
+    """A claimed message as :meth:`Reader.give_back` needs it: its id, its delivery count
+    before the claim, and ``enqueued_at`` (for what is left of its TTL)."""
+
+    id: int
+    deliveries: int
+    enqueued_at: object
+
+
 def still_held(
-    queue: QueueInfo, messages: list[Message], started: float, vt: float
+    c: Consumer, queue: QueueInfo, messages: list[Message], started: float, vt: float
 ) -> list[Message]:
     """``messages`` claimed by a call that started at ``started`` (clock.now()), or none of them
     if the call took so long that their visibility timeout (``started + vt``: every claim of a
@@ -61,19 +74,41 @@ def still_held(
 
     Such a delivery is over before its caller sees it: another consumer may hold the message
     already (its redelivery, or for a group its next message), so handing it out would let
-    two consumers work on it, or on one group, at once. It is kept back, not lost: its timer
-    delivers it again, as any expired delivery (its delivery count includes this one)."""
-    if not messages or clock.now() < started + vt:
+    two consumers work on it, or on one group, at once. It is given back uncounted, as the
+    fence gives back (:meth:`Reader.give_back`: due now, its timer stored in time, its delivery
+    count as before the claim): a slow spell never brings a message nearer to its dead-letter
+    queue or its drop. A message that cannot be given back (another consumer claimed its
+    redelivery already, or the give-back failed) stays with its claim's timer."""
+    if not messages or not outlived(started, vt):
         return messages
     log.warning(
         "queue %s: %d message(s) claimed %.1f s ago with a %.1f s visibility timeout reached "
-        "this consumer after the timeout (a slow call); not handed out, they are delivered "
-        "again",
+        "this consumer after the timeout (a slow call); not handed out, given back uncounted",
         queue.name,
         len(messages),
         clock.now() - started,
         vt,
     )
+    parts: dict[tuple[int, int], list[Withheld]] = {}
+    for m in messages:
+        assert m.pop_receipt is not None
+        version = PopReceipt.decode(m.pop_receipt).version
+        part = parts.setdefault((bucket_of(m.id, queue.bucket_size), version), [])
+        part.append(Withheld(m.id, max(0, m.delivery_count - 1), m.enqueued_at))
+    for (_bucket, version), rows in parts.items():
+        try:
+            c.reader.give_back(queue, rows, version, clock.now())
+        except Exception as exc:  # the claim's own timer still brings them back
+            log.warning(
+                "queue %s: %d withheld message(s) not given back (%s); they come back when "
+                "their visibility timeout ends",
+                queue.name,
+                len(rows),
+                exc,
+            )
+            continue
+        for row in rows:
+            c.timers.given_back(queue, row.id)
     return []
 
 
@@ -106,7 +141,7 @@ class Consumer:
             if busy is not None:
                 raise busy
             msg = self.timers.next(queue, ptrs, now, visibility_timeout, self.reader.claim)
-            if msg is None:
+            if msg is None and not outlived(now, visibility_timeout):
                 got = self.reader.take(
                     queue, ptrs, now, visibility_timeout, 1, OneAtATime(self.reader)
                 )
@@ -114,7 +149,7 @@ class Consumer:
         finally:
             self.timers.drop_ahead(queue)
             self.reader.drop_ahead(queue)
-        held = still_held(queue, [msg] if msg is not None else [], now, visibility_timeout)
+        held = still_held(self, queue, [msg] if msg is not None else [], now, visibility_timeout)
         return held[0] if held else None
 
     # -- acknowledgement ------------------------------------------------------------------------
@@ -175,7 +210,34 @@ class Consumer:
         """The receipt's message hidden for ``timeout`` more seconds (0: visible at once); a new
         receipt. ``deliveries`` also sets its delivery count (see :meth:`return_unused`); with
         ``payload``, its body is replaced in the same compare-and-set (the HTTP API's update),
-        so the new body and the new receipt come together or not at all."""
+        so the new body and the new receipt come together or not at all.
+
+        The timer goes first and is stored where every timer path reads it (``timers.store``:
+        a late write is made again, due ``timers.LATE_DELAY`` after it at least). A
+        compare-and-set whose reply comes after the deadline of its due time may have landed
+        after every timer path passed its slot: the change is then made again (a new due
+        time, timer and version), at most ``timers.LATE_REDOS`` times."""
+        for _ in range(timers.LATE_REDOS):
+            receipt, due = self._change_once(queue, receipt, timeout, deliveries, payload)
+            if timers.in_time(due):
+                break
+            log.warning(
+                "queue %s: a visibility change reached Cassandra too late to be read by every "
+                "timer path; made again",
+                queue.name,
+            )
+            deliveries = payload = None  # already written
+            timeout = max(timeout, timers.LATE_DELAY)
+        return receipt
+
+    def _change_once(
+        self,
+        queue: QueueInfo,
+        receipt: str,
+        timeout: float,
+        deliveries: int | None,
+        payload: bytes | None,
+    ) -> tuple[str, float]:
         r = PopReceipt.decode(receipt)
         r.check(queue, receipt)
         stale = StaleReceiptError(
@@ -190,8 +252,7 @@ class Consumer:
             if row is None or is_expired(row, queue, now):
                 raise stale
             ttl = remaining_ttl(row, queue, now)
-        due = now + timeout
-        timers.schedule(self.conn, queue, due, r.message_id, now)
+        _, [due] = timers.store(self.conn, queue, [(timeout, r.message_id)], now)
         token = uuid.uuid4().hex[:16]
         body = "" if payload is None else ", payload = ?"
         res = self.conn.cas(
@@ -216,7 +277,7 @@ class Consumer:
         )
         if not res.was_applied:
             raise stale
-        return PopReceipt.issue(queue, r.message_id, r.version + 1)
+        return PopReceipt.issue(queue, r.message_id, r.version + 1), due
 
     def return_unused(self, queue: QueueInfo, message: Message) -> bool:
         """A delivery this client took but did not use (a move the destination refused): the

@@ -151,6 +151,13 @@ class Ahead:
     marker_key: tuple | None = None  # the slot marker went with the timer
 
 
+def outlived(now: float, vt: float) -> bool:
+    """Whether a call that started at ``now`` (clock.now()) has outlived the visibility timeout
+    ``vt`` of its claims: nothing it claims from here on could be handed out, so it claims
+    nothing more (and a claim whose timer was stored only now sends no compare-and-set)."""
+    return clock.now() >= now + vt
+
+
 def is_candidate(row, skipped: list[tuple[int, int]], queue: QueueInfo, now: float) -> bool:
     """Whether the reader may claim ``row`` (scan columns) now: never delivered, visible, not
     acked, dead or expired, and not in a reservation handed to repair."""
@@ -302,6 +309,7 @@ class Reader:
         fresh = cache.next_fresh
         if fresh is not None and lo <= fresh < hi and now - cache.lost_race_at >= CONTENDED_SECONDS:
             due = now + vt
+            timers.before_write(queue, due, [fresh])
             timer, marker = timers.statements(self.conn, queue, due, fresh, now)
             ahead.timer_id, ahead.timer_due = fresh, due
             ahead.timer_futures = [self.conn.execute_async(timer)]
@@ -446,7 +454,9 @@ class Reader:
         made = now  # when the stretch kept through a lost race was first read whole
         next_fresh: int | None = None  # the first fresh ungrouped row left after a claim
         end_of_reads = horizon.safe_end if memory is None else max(horizon.safe_end, memory.end)
-        while len(out) < want and at < end_of_reads and lost < SCAN_ROUNDS:
+        while (
+            len(out) < want and at < end_of_reads and lost < SCAN_ROUNDS and not outlived(now, vt)
+        ):
             contended = now - cache.lost_race_at < CONTENDED_SECONDS
             recalled = rec is not None and memory is not None and at == start
             if recalled:
@@ -590,14 +600,25 @@ class Reader:
     def claim(self, queue: QueueInfo, row, now: float, vt: float) -> Message | None:
         """Claim ``row`` (scan columns; fresh or a due redelivery) for ``vt`` seconds with one
         compare-and-set; None if another consumer has it (or its TTL ran out meanwhile)."""
+        if outlived(now, vt):
+            return None
         version = (row.version or 0) + 1
         deliveries = (row.deliveries or 0) + 1
         due = now + vt
         # The timer goes first: if we die right after the claim, the message still comes back.
         # So does a fresh grouped message's head (groups.py): whoever passes it finds it named.
-        if not self._timer_written(queue, row.id, due):
-            self._schedule(queue, due, row.id, now)
-        self.heads.write_heads(queue, [row])
+        try:
+            if not self._timer_written(queue, row.id, due):
+                self._schedule(queue, due, row.id, now)
+            self.heads.write_heads(queue, [row])
+        except Exception as exc:
+            self._not_claimed(queue, [row.id], exc)
+            return None
+        if outlived(now, vt):
+            # The timer may lie in a slot every timer path has passed (timers.in_time holds
+            # for it only before now + vt): no claim relies on it. The row stays as it was,
+            # and the timer is a lost claim's (the timer path finds the row as it is).
+            return None
         key = (queue.queue_id, bucket_of(row.id, queue.bucket_size), row.id)
         # The body is read alongside the claim (one round trip less); wasted only on a lost race.
         body_future = self.conn.execute_async(ROW.format(cols="payload, headers, enqueued_at"), key)
@@ -644,14 +665,22 @@ class Reader:
         After a lost reply (``Connection.cas``) the first row is read back at SERIAL: its
         ``claimed_by`` token says whether this batch applied, and then it applied to every
         row."""
+        if outlived(now, vt):
+            return None
         conn = self.conn
         due = now + vt
         bucket = bucket_of(rows[0].id, queue.bucket_size)
         ids = [r.id for r in rows]
         # The timers go first: if we die right after the claim, the messages still come back.
         # So do the heads of grouped messages (groups.py): whoever passes them finds them named.
-        self._schedule_many(queue, due, ids, now)
-        self.heads.write_heads(queue, rows)
+        try:
+            self._schedule_many(queue, due, ids, now)
+            self.heads.write_heads(queue, rows)
+        except Exception as exc:
+            self._not_claimed(queue, ids, exc)
+            return None
+        if outlived(now, vt):
+            return None  # the timers may have been passed already: as in claim()
         # The first bodies are read alongside the claim (one round trip less; wasted only on a
         # lost race), the rest after it, one read at a time: no reply and no moment holds more
         # than messages.BODY_BUDGET_BYTES of the queue's largest messages, whatever the batch
@@ -705,6 +734,21 @@ class Reader:
             )
         return out
 
+    def _not_claimed(self, queue: QueueInfo, ids: list[int], exc: Exception) -> None:
+        """A write that goes before a claim (its timer, a group's head) failed: the claim is
+        not sent, as after a lost race, and what the call claimed before stays its caller's.
+        Raising instead would take those from the caller, each delivery counted and seen by
+        nobody. A write that applied anyway leaves a stray timer (the timer path finds the
+        row as it is) or a head naming a fresh message (which blocks nothing)."""
+        log.warning(
+            "queue %s: a write before the claim of message %d (and %d more) failed (%s); "
+            "not claimed",
+            queue.name,
+            ids[0],
+            len(ids) - 1,
+            exc,
+        )
+
     def _batch(self, statement: str, text: str, params: list[tuple]) -> BatchStatement:
         """One conditional batch of the prepared single-row ``statement``, repeated: a single
         prepared statement whatever the batch size (a text batch per size would fill the
@@ -740,6 +784,24 @@ class Reader:
         raise busy
 
     def give_back(self, queue: QueueInfo, rows: list, version: int, now: float) -> None:
+        """See :meth:`give_back_once`; a give-back whose compare-and-set's reply came after
+        the deadline of its due time (``timers.in_time``) may have landed after a stream's
+        timer window passed it, and is made again (version one higher, a new timer), at most
+        ``timers.LATE_REDOS`` times."""
+        for _ in range(timers.LATE_REDOS):
+            due = self.give_back_once(queue, rows, version, now)
+            if due is None or timers.in_time(due):
+                return
+            log.warning(
+                "queue %s: a give-back reached Cassandra too late to be read by every timer "
+                "path; made again",
+                queue.name,
+            )
+            version, now = version + 1, clock.now()
+
+    def give_back_once(
+        self, queue: QueueInfo, rows: list, version: int, now: float
+    ) -> float | None:
         """Hand ``rows`` (scanned rows of one bucket, each just claimed at ``version`` by this
         client, whose receipts nobody has seen) to the stream that took the lease: each
         becomes a redelivery due ``now``, with a timer in ``slot(now)`` and its delivery count
@@ -753,24 +815,24 @@ class Reader:
         it unread: the ack takes only rows whose state was written before the batch's time.
         If the stream read the row before the claim, it delivers it again (at least once).
 
-        The timers go first (a crash right after the change still brings the messages back).
+        The timers go first (a crash right after the change still brings the messages back),
+        stored where every timer path reads them (``timers.store``: a late write is made
+        again, due a little later).
         The rows of one bucket are changed by one conditional batch (one Paxos round); if it
         does not apply (a row changed meanwhile, e.g. its TTL ran out), one compare-and-set
         each. A row that cannot be given back stays claimed and comes back when its
-        visibility timeout ends."""
+        visibility timeout ends. Returns the earliest due time written (None: no rows)."""
         if not rows:
-            return
+            return None
         bucket = bucket_of(rows[0].id, queue.bucket_size)
-        stmts = timers.many_statements(self.conn, queue, [(now, r.id) for r in rows], now)
-        for f in [self.conn.execute_async(s) for s in stmts]:
-            f.result()
+        now, due = timers.store(self.conn, queue, [(0.0, r.id) for r in rows], now)
         token = uuid.uuid4().hex[:16]
         keys = [(queue.queue_id, bucket, r.id) for r in rows]
         params = [
-            (remaining_ttl(r, queue, now), version + 1, r.deliveries, from_epoch(now), token)
+            (remaining_ttl(r, queue, now), version + 1, r.deliveries, from_epoch(d), token)
             + key
             + (version,)
-            for r, key in zip(rows, keys, strict=True)
+            for r, key, d in zip(rows, keys, due, strict=True)
         ]
 
         def given_back(cur) -> bool:
@@ -781,13 +843,15 @@ class Reader:
             batch = self._batch(_GIVE_BACK, _GIVE_BACK_TEXT, params)
             res = self.conn.cas(batch, (), read=read, read_params=keys[0], applied=given_back)
             if res.was_applied:
-                return
+                return min(due)
         for p, key in zip(params, keys, strict=True):
             self.conn.cas(_GIVE_BACK, p, read=read, read_params=key, applied=given_back)
+        return min(due)
 
     def _schedule(self, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
         """Write the timer; the slot's "not empty" marker only once per slot and client (the
         marker is the same row every time, and deliveries fill a slot with many timers)."""
+        timers.before_write(queue, due, [message_id])
         timer, marker = timers.statements(self.conn, queue, due, message_id, now)
         key = (queue.queue_id, timer_slot(due))
         futures = [self.conn.execute_async(timer)]
@@ -802,6 +866,7 @@ class Reader:
     def _schedule_many(self, queue: QueueInfo, due: float, ids: list[int], now: float) -> None:
         """The timers of one batch claim: one unlogged batch on the slot's partition, and its
         marker."""
+        timers.before_write(queue, due, ids)
         stmts = timers.many_statements(self.conn, queue, [(due, mid) for mid in ids], now)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for s in stmts[:-1]:

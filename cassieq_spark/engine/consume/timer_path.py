@@ -63,6 +63,9 @@ class TimerPath:
         # start before the pointers are read (:meth:`read_ahead`).
         self._pointer_seen: dict = {}
         self._ahead = suspend.CallLocal()  # the current call: queue_id -> (from, to, future)
+        # queue_id -> ids whose claim this client lost and has not read since: their slot
+        # stays unresolved until it does (the winner may be due in that slot).
+        self._lost: dict = {}
 
     def _keeps(self, queue: QueueInfo, now: float) -> bool:
         cached = self._keeps_cache.get(queue.queue_id)
@@ -154,6 +157,9 @@ class TimerPath:
         seen = self._pointer_seen.get(queue.queue_id, 0)
         self._pointer_seen[queue.queue_id] = max(seen, ptrs.timer_slot)
         slots = self._due_slots(queue, ptrs.timer_slot, now_slot)
+        lost_to = self._lost.setdefault(queue.queue_id, set())
+        if len(lost_to) > 10_000:
+            lost_to.clear()
         for slot, ids in timers.ids_in_slots(self.conn, queue, slots):
             seen = known.setdefault(slot, {})
             slot_resolved = True
@@ -162,9 +168,10 @@ class TimerPath:
                 until = seen.get(mid, 0.0)
                 if until <= now:
                     todo.append(mid)
-                elif until != math.inf and timer_slot(until) <= slot:
-                    slot_resolved = False  # due later within this very slot
+                elif until != math.inf and (timer_slot(until) <= slot or mid in lost_to):
+                    slot_resolved = False  # due later within this slot, or a race not read since
             for row in _read_rows(self.conn, queue, todo):
+                lost_to.discard(row.id)
                 if row.acked or is_expired(row, queue, now):
                     seen[row.id] = math.inf
                     continue
@@ -204,8 +211,13 @@ class TimerPath:
                     if len(out) >= want:
                         return out
                     continue
-                # Someone else holds it now (and wrote its own timer) or acked it.
+                # Someone else holds it now or acked it, or this call outlived its visibility
+                # timeout. The winner's change may be due in this very slot (a visibility
+                # change or give-back whose compare-and-set landed after its timer, which is
+                # here): the slot stays unresolved until the next look reads the row again.
                 seen[row.id] = now + CONTENDED_SECONDS
+                lost_to.add(row.id)
+                slot_resolved = False
                 lost += 1
                 if lost >= MAX_LOST_CLAIMS:
                     break

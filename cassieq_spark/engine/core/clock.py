@@ -11,6 +11,10 @@ TIMER_SLOT_SECONDS = 1
 # The invisibility pointer never passes slots younger than this, so a timer written "now" by a
 # client whose clock is a little behind still lands in a slot that is scanned.
 TIMER_SETTLE_SLOTS = 5
+# The most the clocks of clients and Cassandra nodes may be apart (seconds): the one clock
+# condition of delivery (docs/internals/protocol.md, Conditions). A timer write is checked
+# against it (``timers.in_time``), and two deliveries of one group overlap by at most it.
+CLOCK_SPREAD = 4.0
 
 
 def now() -> float:

@@ -219,7 +219,12 @@ def closes_plainly(queue: QueueInfo, res: Reservation) -> bool:
 
 
 def close(
-    conn: Connection, queue: QueueInfo, res: Reservation, plain: bool | None = None
+    conn: Connection,
+    queue: QueueInfo,
+    res: Reservation,
+    plain: bool | None = None,
+    *,
+    after_plain: bool = False,
 ) -> Closing:
     """The block is written (or given back): delete its reservation row.
 
@@ -241,8 +246,16 @@ def close(
 
     ``plain``: the caller's :func:`closes_plainly` taken a moment before (it sent something
     that depends on the close being plain); None: decided here.
+
+    ``after_plain``: an earlier plain close of this block was sent and its outcome is unknown
+    (its reply was lost). A missing row then means closed, whatever the repair pointer says:
+    either that delete applied, or readers skipped the block and repair delivered it and
+    forgot it; a plain close is sent within half the repair timeout, after every row was
+    written, so any repair of the block read the range after all of them landed. Whether that
+    delete landed after a reader's skip is the caller's to ask (``settle``).
     """
     if closes_plainly(queue, res) if plain is None else plain:
+        faults.point("monoton.before_plain_close", queue=queue, res=res)
         stamp = int((clock.now() + CLOSE_STAMP_AHEAD) * 1_000_000)
         return Closing(
             conn.execute_async(
@@ -267,6 +280,8 @@ def close(
         raise ContentionError(
             f"could not close ids {res.lo}..{res.hi} of queue {queue.name!r}; retry the write"
         )
+    if after_plain and (out.was_applied or getattr(row, "hi", None) is None):
+        return Closing(closed=True)
     if out.was_applied and out.resolved and repaired_past(conn, queue, res.hi):
         return Closing(closed=False)
     return Closing(closed=out.was_applied)

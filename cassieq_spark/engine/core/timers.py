@@ -12,17 +12,39 @@ each one is written with a TTL of (due - now) + the *retention*, the timers tabl
 from the write, so a timer for a delay longer than it, or a message due while every consumer
 was down for longer than what was left of it, vanished before anyone read it.
 Repair deletes the slots well behind the invisibility pointer, which nobody reads again.
+
+Invariant: a timer on which a message's delivery depends is stored where every timer path
+reads it (docs/internals/protocol.md, "Every timer is stored where a timer path reads it"). A
+timer path passes slot ``s`` only after a clock read ``deadline(s)``; a writer whose clock,
+read after the write's reply, is still ``CLOCK_SPREAD`` before that (:func:`in_time`) stored
+its timer before any timer path read ``s`` for the last time. A write that is late is never
+relied on: a claim sends no compare-and-set, a visibility change or give-back writes its timer
+again for a new due time (:func:`store`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Iterator
 
+from ..store import faults
 from ..store.session import Connection
-from .clock import TIMER_SETTLE_SLOTS, timer_slot
+from . import clock
+from .clock import CLOCK_SPREAD, TIMER_SETTLE_SLOTS, TIMER_SLOT_SECONDS, timer_slot
 from .queues import QueueInfo
+
+log = logging.getLogger(__name__)
+
+# The fault seam's point right before a claim's, visibility change's or give-back's timer
+# write (context: queue, due, ids). An action there runs in the writing thread only.
+BEFORE_WRITE = "timers.before_write"
+# A change whose timer write was late is due this much after the clock reading that found
+# it late (at least): room for the next write to be in time.
+LATE_DELAY = float(TIMER_SETTLE_SLOTS)
+# A change whose compare-and-set landed late is made again at most this many times.
+LATE_REDOS = 3
 
 DEFAULT_RETENTION = 14 * 24 * 3600
 # Slots this far behind the invisibility pointer are deleted by repair. Readers start at the
@@ -85,10 +107,54 @@ def many_statements(
     return out
 
 
-def schedule(conn: Connection, queue: QueueInfo, due: float, message_id: int, now: float) -> None:
-    futures = [conn.execute_async(s) for s in statements(conn, queue, due, message_id, now)]
-    for f in futures:
-        f.result()
+def deadline(due: float) -> float:
+    """The clock reading before which no timer path has passed the slot of ``due`` for the
+    last time: it moves the invisibility pointer (or a stream its timer window) above a slot
+    only once its clock reads ``TIMER_SETTLE_SLOTS`` slots past the slot's end."""
+    return (timer_slot(due) + 1 + TIMER_SETTLE_SLOTS) * TIMER_SLOT_SECONDS
+
+
+def in_time(due: float) -> bool:
+    """Whether a timer for ``due`` whose write has just been acknowledged is read by every
+    timer path: this process's clock, read now, is ``CLOCK_SPREAD`` before :func:`deadline`,
+    so under the clock condition no clock of the system has reached it yet."""
+    return clock.now() < deadline(due) - CLOCK_SPREAD
+
+
+def before_write(queue: QueueInfo, due: float, ids: list[int]) -> None:
+    """The fault seam's point before a timer write (:data:`BEFORE_WRITE`)."""
+    faults.point(BEFORE_WRITE, queue=queue, due=due, ids=ids)
+
+
+def store(
+    conn: Connection, queue: QueueInfo, entries: list[tuple[float, int]], now: float
+) -> tuple[float, list[float]]:
+    """Write the timers of ``entries`` (``(seconds, id)``: due ``seconds`` after ``now``) so
+    that every timer path reads them: written, then checked (:func:`in_time`); if any was
+    late, all are written again, each due ``max(seconds, LATE_DELAY)`` after a new clock
+    reading, until a write is in time. Returns the ``now`` the due times count from, and the
+    due times (in ``entries``' order) the caller's compare-and-set must carry."""
+    while True:
+        due = [now + seconds for seconds, _ in entries]
+        before_write(queue, min(due), [mid for _, mid in entries])
+        stmts = many_statements(
+            conn, queue, [(d, mid) for d, (_, mid) in zip(due, entries, strict=True)], now
+        )
+        for f in [conn.execute_async(s) for s in stmts]:
+            f.result()
+        if in_time(min(due)):
+            return now, due
+        log.warning(
+            "queue %s: the timer of message %d (and %d more) for %.1f s after %.1f reached "
+            "Cassandra too late to be read by every timer path; written again",
+            queue.name,
+            entries[0][1],
+            len(entries) - 1,
+            entries[0][0],
+            now,
+        )
+        now = clock.now()
+        entries = [(max(seconds, LATE_DELAY), mid) for seconds, mid in entries]
 
 
 DUE_SLOTS = "SELECT slot FROM {ks}.timer_slots WHERE queue_id = ? AND slot >= ? AND slot <= ?"

@@ -477,9 +477,12 @@ class Connection:
         """Apply the fault a test injected into this execution (faults.py), if any: run the
         statement where the fault says it ran, and return the error its caller gets instead of
         the result (None: the caller runs it as usual, once more for ``retried``)."""
-        mode = faults.take(_text(statement))
+        rule = faults.taken(_text(statement))
+        mode = None if rule is None else rule.mode
         if mode in (faults.RETRIED, faults.LOST_REPLY, faults.UNAVAILABLE_AFTER):
             self.session.execute(stmt, params or None, **kw)
+        if rule is not None and rule.wait and mode != faults.RETRIED:
+            suspend.pause(rule.wait)  # the error comes as late as the driver's timeout would
         if mode in (faults.TIMEOUT_BEFORE, faults.LOST_REPLY):
             return faults.injected_timeout(_text(statement))
         if mode == faults.REFUSED_BEFORE:

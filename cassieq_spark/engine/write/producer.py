@@ -151,24 +151,28 @@ def _enqueue_block(
             return ids  # an earlier call with this key wrote them
         block = placed.blocks[0]
         lo, hi = block.res.lo, block.res.hi
+        # Every row landed before any reader could skip the block (see settle).
+        written_in_time = block.own and monoton.closes_plainly(queue, block.res)
         faults.point("producer.written", queue=queue, res=block.res)
         # Every row is written (its reply came back): the count depends on nothing else, so
         # it travels with the close instead of after it. Only beside a plain close of our own
         # block, which settles as CLOSED or raises, and either way the rows are delivered
         # (an open block goes to repair): the count is never of rows that are written again.
         counting = None
-        plain = block.own and monoton.closes_plainly(queue, block.res)
+        plain = written_in_time and monoton.closes_plainly(queue, block.res)
         if plain and not counted:
             counting = counters.count_enqueued_alongside(queue, placed.written)
             counted = True
         try:
-            outcome = settle.settle(conn, queue, block, plain=plain or None)
+            outcome = settle.settle(
+                conn, queue, block, plain=plain or None, written_in_time=written_in_time
+            )
         finally:
             if counting is not None:
                 counting.wait()
         if outcome is settle.Settled.TO_REPAIR and rows.headers is not None:
             _copy_grouped(conn, queue, rows, ids, todo)
-        if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR):
+        if outcome in (settle.Settled.CLOSED, settle.Settled.TO_REPAIR, settle.Settled.FORGOTTEN):
             if counting is None and not counted:
                 counters.count_enqueued(queue, placed.written)
             faults.point("producer.enqueued", queue=queue, ids=ids)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,10 @@ class Settled(enum.Enum):
     CLOSED = "closed: readers deliver the rows"
     TO_REPAIR = "handed to repair, which delivers the rows"
     REPAIRED = "handed to repair and repaired before all rows landed: some are never delivered"
+    FORGOTTEN = (
+        "handed to repair, which read every row, delivered them as copies and forgot the range: "
+        "the copies' ids are no longer known"
+    )
     ROLLED_BACK = "rolled back by another attempt of this write, which had reserved them"
 
 
@@ -233,29 +238,101 @@ def _close_found(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -
 
 def _close_own(
     conn: Connection, queue: QueueInfo, res: monoton.Reservation, plain: bool | None = None
-) -> bool:
-    # A plain close that timed out is safe to send again (it carries its own timestamp).
-    # ``plain`` decides the first attempt (see settle); a retry decides again.
+) -> Settled | None:
+    """Close a block this writer reserved: CLOSED, TO_REPAIR, or None when readers handed it
+    to repair first (the caller makes repair wait for what was written).
+
+    ``plain`` decides the first attempt (see settle); a retry decides again: plain while the
+    writer is still within half the repair timeout (a plain close carries its own timestamp,
+    so sending it twice is harmless), a compare-and-set after that. Two things follow from a
+    plain close having been sent:
+
+    * after its reply was lost, the compare-and-set of a retry finds the row gone because
+      that close applied, not because repair forgot the block (``monoton.close``,
+      ``after_plain``): the rows are delivered and are not written again;
+    * a plain delete removes the row whatever it holds, a reader's skip included. Until half
+      the repair timeout (the writer's clock, from before its reservation) no reader can have
+      skipped the block; a plain close that completes later, or whose outcome was unknown,
+      asks whether the block's range was recorded as skipped (:func:`_skipped_before_close`).
+      If so readers exclude the rows and repair delivers them: TO_REPAIR, so that the caller
+      copies grouped messages in place instead of returning ids that are never delivered.
+    """
+    sent_plain = False
     for attempt in range(3):
+        now_plain = (
+            plain if attempt == 0 and plain is not None else monoton.closes_plainly(queue, res)
+        )
         try:
-            return monoton.close(conn, queue, res, plain if attempt == 0 else None).result()
+            closed = monoton.close(
+                conn, queue, res, now_plain, after_plain=sent_plain and not now_plain
+            ).result()
         except Exception:
+            sent_plain = sent_plain or now_plain
             if attempt == 2:
                 raise
             log.warning("closing ids %d..%d timed out; retrying", res.lo, res.hi, exc_info=True)
+            continue
+        if not closed:
+            return None
+        if (sent_plain or now_plain) and _skipped_before_close(conn, queue, res):
+            log.info(
+                "queue %s: the close of ids %d..%d landed after readers handed the block to "
+                "repair; repair delivers them",
+                queue.name,
+                res.lo,
+                res.hi,
+            )
+            return Settled.TO_REPAIR
+        return Settled.CLOSED
     raise AssertionError("unreachable")
 
 
-def settle(conn: Connection, queue: QueueInfo, block: Block, plain: bool | None = None) -> Settled:
+def _skipped_before_close(conn: Connection, queue: QueueInfo, res: monoton.Reservation) -> bool:
+    """Did readers skip the block before this writer's plain close removed its row?
+
+    Not if the close completed within half the repair timeout of the reservation: a reader
+    skips a block only once it is a repair timeout old on the reader's clock, and the clocks
+    agree within half of it (the protocol page's conditions). Otherwise the range row tells:
+    a reader records it after its skip applied, and a skip cannot apply once the row is gone,
+    so a range row means the skip came first. (A reader that stalls between its skip and its
+    record of the range, past this read, is missed: the put then returns ids that repair
+    delivers under new ones, as before.)
+    """
+    if time.monotonic() - res.reserved_at < queue.repair_timeout / 2:
+        return False
+    row = conn.execute(
+        "SELECT hi FROM {ks}.skipped WHERE queue_id = ? AND lo = ?", (queue.queue_id, res.lo)
+    ).one()
+    return row is not None
+
+
+def settle(
+    conn: Connection,
+    queue: QueueInfo,
+    block: Block,
+    plain: bool | None = None,
+    *,
+    written_in_time: bool = False,
+) -> Settled:
     """Close ``block`` once all its rows are written, and say whether they will be delivered:
-    CLOSED and TO_REPAIR mean yes; REPAIRED and ROLLED_BACK mean they must be written again
-    (the caller still has them, or fails so that its retry does). ``plain``: for a block of
-    our own, the caller's :func:`monoton.closes_plainly`, so that the close is the one the
-    caller counted on."""
+    CLOSED, TO_REPAIR and FORGOTTEN mean yes; REPAIRED and ROLLED_BACK mean they must be
+    written again (the caller still has them, or fails so that its retry does). ``plain``: for
+    a block of our own, the caller's :func:`monoton.closes_plainly`, so that the close is the
+    one the caller counted on.
+
+    ``written_in_time``: every row of our own block was written (its reply back) within half
+    the repair timeout of the reservation, measured on this writer's monotonic clock from
+    before it. No reader can have skipped the block by then (the clock condition), so any
+    repair of its range read every row: when that repair has also forgotten the range (its
+    bucket reclaimed, the keys of its copies dropped), the rows were delivered as copies and
+    are not written again, however long the writer stalled before this close (FORGOTTEN).
+    Without it such a writer cannot tell repaired rows from rows that landed after repair's
+    read, and writes them all again (REPAIRED)."""
     res = block.res
     if block.own:
-        if _close_own(conn, queue, res, plain):
-            return Settled.CLOSED
+        own = _close_own(conn, queue, res, plain)
+        if own is not None:
+            return own
     else:
         found = _close_found(conn, queue, res)
         if found is not None:
@@ -269,6 +346,15 @@ def settle(conn: Connection, queue: QueueInfo, block: Block, plain: bool | None 
             res.hi,
         )
         return Settled.TO_REPAIR
+    if written_in_time and block.own:
+        log.warning(
+            "queue %s: ids %d..%d were repaired and forgotten before their writer closed them; "
+            "repair delivered them as copies, so nothing is written again",
+            queue.name,
+            res.lo,
+            res.hi,
+        )
+        return Settled.FORGOTTEN
     return Settled.REPAIRED
 
 
