@@ -371,7 +371,8 @@ def openapi() -> dict[str, Any]:
             PREFIX: {
                 "patch": op(
                     "Change the queue's settings while in use; fields left out are kept, "
-                    "null dlqName/messageTtlSeconds remove them",
+                    "null dlqName/messageTtlSeconds remove them (a new dlqName also needs level "
+                    "p, and a signed URL's q must name it)",
                     "c",
                     json_ok,
                     requestBody=body(
@@ -491,8 +492,9 @@ def openapi() -> dict[str, Any]:
             },
             PREFIX + "/redrive": {
                 "post": op(
-                    "Move this (dead-letter) queue's messages to another queue of the account",
-                    "r",
+                    "Move this (dead-letter) queue's messages to another queue of the account "
+                    "(levels r and a here, p for the target, which a signed URL's q must name)",
+                    "rap",
                     json_ok,
                     requestBody=body(
                         {
