@@ -13,6 +13,7 @@ from .engine.core.queues import QueueInfo
 from .errors import (
     CassandraUnavailableError,
     CassieQError,
+    ClientClosedError,
     ConfigError,
     ConnectionFailedError,
     ContentionError,
@@ -42,6 +43,7 @@ __all__ = [
     "QueueInfo",
     "CassandraUnavailableError",
     "CassieQError",
+    "ClientClosedError",
     "ConfigError",
     "ConnectionFailedError",
     "ContentionError",

@@ -31,7 +31,7 @@ from cassandra.auth import AuthProvider
 from . import async_bridge
 from .async_worker import AsyncWorker
 from .client import PutEntry, QueueClient
-from .consume_loop import AsyncConsumeLoop
+from .consume_loop import AsyncConsumeLoop, Releaser
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.core import queues
 from .engine.core.messages import Message
@@ -93,6 +93,11 @@ class AsyncQueueClient:
         """:meth:`QueueClient.from_options`, on a worker thread."""
         loop = asyncio.get_running_loop()
         return cls(await loop.run_in_executor(None, QueueClient.from_options, options))
+
+    def releaser(self) -> Releaser:
+        """The synchronous client's releaser thread (:meth:`QueueClient.releaser`): it settles
+        the consume loops of this client left without ``aclose()`` too."""
+        return self.sync.releaser()
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
@@ -171,6 +176,7 @@ class AsyncQueueClient:
         dead_letter_queue: str | None = queues.UNSET,
         message_ttl: int | None = queues.UNSET,
         max_payload_bytes: int = queues.UNSET,
+        **other: Any,
     ) -> QueueInfo:
         return await self._run(
             "update_queue",
@@ -180,6 +186,7 @@ class AsyncQueueClient:
             dead_letter_queue=dead_letter_queue,
             message_ttl=message_ttl,
             max_payload_bytes=max_payload_bytes,
+            **other,
         )
 
     async def get_queue(self, name: str) -> QueueInfo:

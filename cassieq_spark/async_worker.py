@@ -23,9 +23,16 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .engine.core.messages import Message
-from .errors import StaleReceiptError
+from .errors import ConfigError, StaleReceiptError
 from .heartbeat import AsyncHeartbeat
-from .worker import POLL_SLICE, Backoff, WorkerMetrics, WorkerOptions, WorkerReport
+from .worker import (
+    POLL_SLICE,
+    Backoff,
+    WorkerMetrics,
+    WorkerOptions,
+    WorkerReport,
+    is_async_handler,
+)
 
 if TYPE_CHECKING:
     from .async_client import AsyncQueueClient
@@ -68,6 +75,12 @@ class AsyncWorker(WorkerOptions):
             handle_signals,
             stop_when_empty,
         )
+        if not is_async_handler(handler):
+            raise ConfigError(
+                f"handler must be a coroutine function (async def) taking a Message, got "
+                f"{handler!r}; for a plain function use Worker (QueueClient.worker), or wrap it: "
+                "async def handler(m): await asyncio.to_thread(function, m)"
+            )
         self.client = client
         self.handler = handler
         self._stop = asyncio.Event()
@@ -92,9 +105,11 @@ class AsyncWorker(WorkerOptions):
             try:
                 await self._shut_down()
             finally:
-                if self._hb is not None:
-                    await self._hb.close()
-                restore()
+                try:
+                    if self._hb is not None:
+                        await self._hb.close()
+                finally:
+                    restore()
         return self.report
 
     async def _receive(self) -> None:

@@ -36,7 +36,8 @@ from .config.flags import (
     exit_status,
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
-from .engine.core.queues import DEFAULT_SETTINGS
+from .engine.core.messages import to_bytes
+from .engine.core.queues import DEFAULT_SETTINGS, UPDATABLE_SETTINGS, QueueInfo
 from .errors import ConfigError, one_line
 from .extras import require
 from .observability.exporter import DEFAULT_HOST, DEFAULT_PORT
@@ -54,9 +55,11 @@ from .validate import (
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
     MAX_WATCH_INTERVAL_SECONDS,
+    MIN_VISIBILITY_SECONDS,
     MIN_WATCH_INTERVAL_SECONDS,
     dedup_id,
     delay_seconds,
+    grouped_headers,
     integer_text,
     max_messages,
     plain_number_text,
@@ -85,7 +88,7 @@ exit statuses:
 limits (the same in the Python client, the Spark options and the repair job):
   queue names   1-200 of letters, digits, '_', '-', '.', starting with a letter or digit
   keyspace      1-48 of letters, digits, '_', starting with a letter
-  --delay       0 to {MAX_DELAY_SECONDS:g} s (12 h)     --visibility-timeout  > 0 to {MAX_VISIBILITY_SECONDS:g} s (12 h)
+  --delay       0 to {MAX_DELAY_SECONDS:g} s (12 h)     --visibility-timeout  {MIN_VISIBILITY_SECONDS:g} to {MAX_VISIBILITY_SECONDS:g} s (12 h)
   --repair-timeout  > 0 to {MAX_REPAIR_TIMEOUT_SECONDS:g} s (24 h)   --message-ttl  1 to {MAX_MESSAGE_TTL_SECONDS} s (20 years)
   get --max  1 to {MAX_BATCH}     get --wait  0 to {MAX_WAIT_SECONDS:g} s
   --max-delivery-count  1 to {MAX_DELIVERY_COUNT}        --bucket-size  1 to {MAX_BUCKET_SIZE}
@@ -215,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     ttl.add_argument("--message-ttl", type=_integer, metavar="S")
     ttl.add_argument("--no-message-ttl", action="store_true", help="keep messages until acked")
     s.add_argument("--max-payload-bytes", type=_integer, metavar="N")
+    # Settings fixed when a queue is created: taken only to say so (argparse's "unrecognized
+    # arguments" would not).
+    for fixed in ("--bucket-size", "--repair-timeout"):
+        s.add_argument(fixed, default=None, help=argparse.SUPPRESS)
 
     sub.add_parser("list-queues", help="the queues and their settings (JSON)")
 
@@ -385,6 +392,11 @@ UPDATE_FLAGS = (
 )
 
 
+def _flags(settings: Sequence[str]) -> str:
+    """Setting names as the command's flags: ``visibility_timeout`` -> ``--visibility-timeout``."""
+    return ", ".join("--" + name.replace("_", "-") for name in settings)
+
+
 def header_flags(values: Sequence[str] | None) -> dict[str, str] | None:
     """``--header k=v`` flags as headers; a repeated key is an error, not a silent overwrite."""
     if not values:
@@ -400,55 +412,83 @@ def header_flags(values: Sequence[str] | None) -> dict[str, str] | None:
     return out
 
 
-def read_ndjson(stream) -> list[PutEntry]:
+def _no_repeated_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are all distinct: a repeated key is an error, not "the last
+    one wins"."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice in one object; give each key once")
+        out[key] = value
+    return out
+
+
+def read_ndjson(stream, queue: QueueInfo | None = None) -> list[PutEntry]:
     """Messages of ``put --ndjson``: one JSON object a line (blank lines skipped), every line
-    checked before anything is put; a bad line is an error naming its number."""
+    checked before anything is put (with ``queue``: against its payload limit too, as
+    ``put_batch`` would); a bad line is an error naming its number."""
     entries: list[PutEntry] = []
     allowed = {"payload", "encoding", "headers", "delay", "dedup_id", "group"}
     for number, raw in enumerate(stream, 1):
         if not raw.strip():
             continue
 
-        def bad(why: str, number: int = number) -> ConfigError:
-            return ConfigError(
+        def bad(why: str, number: int = number) -> str:
+            return (
                 f"stdin line {number}: {why}; each line is one JSON object like "
                 '{"payload": "text", "headers": {"k": "v"}, "delay": 5, "dedup_id": "id-1"} '
                 "(nothing was put)"
             )
 
+        if isinstance(raw, bytes):
+            try:
+                # Text is UTF-8 (a byte-order mark on a line is skipped); json.loads would guess
+                # UTF-16 or UTF-32 from the bytes.
+                raw = raw.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(bad(f"not UTF-8 text ({exc})")) from None
         try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise bad(f"not JSON ({exc})") from None
+            obj = json.loads(raw, object_pairs_hook=_no_repeated_keys)
+        except RecursionError:
+            raise ConfigError(bad("not JSON (arrays or objects nested too deeply)")) from None
+        except ValueError as exc:
+            raise ConfigError(bad(f"not JSON ({exc})")) from None
         if not isinstance(obj, dict):
-            raise bad(f"a JSON {type(obj).__name__}, not an object")
+            raise ConfigError(bad(f"a JSON {type(obj).__name__}, not an object"))
         unknown = sorted(set(obj) - allowed)
         if unknown:
-            raise bad(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+            raise ConfigError(
+                bad(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+            )
         payload = obj.get("payload")
         encoding = obj.get("encoding", "utf-8")
         if not isinstance(payload, str):
-            raise bad(f"'payload' must be a string, got {payload!r}"[:200])
+            raise ConfigError(bad(f"'payload' must be a string, got {payload!r}"[:200]))
         if encoding == "base64":
             try:
                 data: bytes | str = base64.b64decode(payload, validate=True)
             except ValueError:
-                raise bad("'payload' is not base64 (encoding 'base64')") from None
+                raise ConfigError(bad("'payload' is not base64 (encoding 'base64')")) from None
         elif encoding == "utf-8":
             data = payload
         else:
-            raise bad(f"'encoding' must be 'utf-8' or 'base64', got {encoding!r}")
+            raise ConfigError(bad(f"'encoding' must be 'utf-8' or 'base64', got {encoding!r}"))
         try:
-            headers = validate_headers(obj.get("headers"))
             delay = delay_seconds(obj.get("delay", 0.0))
+            headers = validate_headers(obj.get("headers"))
+            grp = obj.get("group")
+            # The checks put_batch makes, here for every line before the first put: the group,
+            # a group given twice, a group with a delay, the queue's payload limit.
+            grouped_headers(headers, grp, delay)
             did = obj.get("dedup_id")
             if did is not None:
                 did = dedup_id(did)
-            grp = obj.get("group")
             if grp is not None:
                 grp = validate_group(grp, "'group'")
+            if queue is not None:
+                data = to_bytes(data, queue)
         except ConfigError as exc:
-            raise bad(str(exc)) from None
+            raise type(exc)(bad(str(exc))) from None
         entries.append(PutEntry(data, headers, delay, did, grp))
     return entries
 
@@ -483,6 +523,13 @@ def check_args(args: argparse.Namespace) -> None:
             dedup_id(args.dedup_id, "--dedup-id")
         return
     if args.command == "update-queue":
+        for flag in ("--bucket-size", "--repair-timeout"):
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise ConfigError(
+                    f"update-queue cannot change {flag}: it is fixed when the queue is created; "
+                    f"update-queue changes {_flags(UPDATABLE_SETTINGS)} (for another {flag}, "
+                    "create a new queue and `cassieq move` the messages to it)"
+                )
         if not any(getattr(args, k) is not None for k in UPDATE_FLAGS) and not (
             args.no_dead_letter_queue or args.no_message_ttl
         ):
@@ -621,7 +668,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
     elif cmd == "delete-queue":
         client.delete_queue(args.name)
     elif cmd == "put" and args.ndjson:
-        entries = read_ndjson(sys.stdin.buffer)
+        entries = read_ndjson(sys.stdin.buffer, client.get_queue(args.queue))
         for start in range(0, len(entries), MAX_BATCH):
             for mid in client.put_batch(args.queue, entries[start : start + MAX_BATCH]):
                 print(mid)

@@ -12,10 +12,13 @@ with QueueClient.connect(["127.0.0.1"]) as q:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,7 @@ from .config import (
     repair_timeout_seconds,
     visibility_seconds,
 )
-from .consume_loop import ConsumeLoop
+from .consume_loop import ConsumeLoop, Releaser
 from .engine.consume import batch, batch_ack
 from .engine.consume import consumer as consumer_mod
 from .engine.consume.batch_ack import ReceiptResult
@@ -50,7 +53,7 @@ from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
 from .engine.upkeep.repair import RepairReport, repair_queue
 from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_deduplicated
-from .errors import ConfigError, PermissionDeniedError
+from .errors import ClientClosedError, ConfigError, PermissionDeniedError
 from .observability.client_metrics import timed
 from .observability.trace import with_trace_context
 from .worker import Worker, WorkerReport
@@ -130,6 +133,8 @@ class QueueClient:
         self.counters = Counters(self.conn)
         self._consumer = consumer_mod.Consumer(self.conn, self.counters)
         self._queues: dict[str, tuple[float, QueueInfo]] = {}
+        self._releaser: Releaser | None = None
+        self._releaser_lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -206,7 +211,21 @@ class QueueClient:
         meant for two at once. Closing it leaves the connection open."""
         return QueueClient(self.config, self.conn)
 
+    def releaser(self) -> Releaser:
+        """This client's releaser thread (started on first use): it settles the consume loops
+        left without ``close()`` (:mod:`cassieq_spark.consume_loop`)."""
+        with self._releaser_lock:
+            if self._releaser is None:
+                self._releaser = Releaser(self)
+            return self._releaser
+
     def close(self) -> None:
+        """Settle the consume loops handed to the releaser (waiting at most
+        ``RELEASER_CLOSE_SECONDS``), then close the connection if this client made it."""
+        with self._releaser_lock:
+            releaser, self._releaser = self._releaser, None
+        if releaser is not None:
+            releaser.close()
         if self._own:
             self.conn.shutdown()
 
@@ -305,6 +324,14 @@ class QueueClient:
         must be the queue's own (``dead_letter_queue=None`` too: the queue must have none); one
         that differs is :class:`~cassieq_spark.errors.QueueSettingsMismatchError` (a
         ``QueueExistsError``) naming each differing setting, never silently ignored."""
+        if not isinstance(exist_ok, bool):
+            raise ConfigError(f"exist_ok must be True or False, got {exist_ok!r}")
+        for key, value in (
+            ("visibility_timeout", visibility_timeout),
+            ("repair_timeout", repair_timeout),
+        ):
+            if value is not queues.UNSET:
+                validate.number(value, key)
         self._require_schema()
         asked = {
             "bucket_size": bucket_size,
@@ -334,6 +361,7 @@ class QueueClient:
         dead_letter_queue: str | None = queues.UNSET,
         message_ttl: int | None = queues.UNSET,
         max_payload_bytes: int = queues.UNSET,
+        **other: Any,
     ) -> QueueInfo:
         """Change settings of queue ``name`` while it is in use; returns the queue updated.
         Settings not given are kept; ``dead_letter_queue=None`` removes the dead-letter queue,
@@ -341,6 +369,10 @@ class QueueClient:
         in flight keep their visibility deadline, the delivery limit and dead-letter queue are
         checked at the next delivery, a new TTL and payload limit apply to messages put after
         it. Other clients see it within ``QUEUE_CACHE_SECONDS`` (5 s); this one at once."""
+        if other:  # the engine names a setting fixed at creation, or no setting at all
+            queues.update_queue(self.conn, name, **other)
+        if visibility_timeout is not queues.UNSET:
+            validate.number(visibility_timeout, "visibility_timeout")
         self._require_schema()
         info = queues.update_queue(
             self.conn,
@@ -373,6 +405,7 @@ class QueueClient:
         self._queues.pop(name, None)
 
     def _queue(self, name: str) -> QueueInfo:
+        self._require_open()
         validate.queue_name(name)  # before the cache: a list is no key of it
         cached = self._queues.get(name)
         if cached and time.monotonic() - cached[0] < QUEUE_CACHE_SECONDS:
@@ -381,7 +414,15 @@ class QueueClient:
 
     _schema_checked = False
 
+    def _require_open(self) -> None:
+        if self.conn.cluster.is_shutdown:
+            raise ClientClosedError(
+                f"this client of keyspace {self.config.keyspace!r} is closed (close() was "
+                "called, or its session was shut down): nothing was sent; make a new client"
+            )
+
     def _require_schema(self) -> None:
+        self._require_open()
         if not self._schema_checked:
             schema.require_schema(self.conn)
             self._schema_checked = True
@@ -434,18 +475,21 @@ class QueueClient:
         data = [to_bytes(p, info, i) for i, p in enumerate(payloads)]
         ids: list[str | None] = [None] * len(data)
         if dedup_ids is not None:
-            if isinstance(dedup_ids, str) or len(dedup_ids) != len(data):
+            if isinstance(dedup_ids, (str, bytes, AbstractSet, Mapping)):
+                raise ConfigError(
+                    "put_many takes one deduplication id per payload (None for none), in the "
+                    f"payloads' order: a list or tuple, got a {type(dedup_ids).__name__}"
+                )
+            given = list(itertools.islice(dedup_ids, len(data) + 1))
+            if len(given) != len(data):
+                more = "more than " if len(given) > len(data) else ""
                 raise ConfigError(
                     "put_many takes one deduplication id per payload (None for none), got "
-                    + (
-                        "one string"
-                        if isinstance(dedup_ids, str)
-                        else f"{len(dedup_ids)} for {len(data)} payloads"
-                    )
+                    f"{more}{len(given) - (1 if more else 0)} for {len(data)} payloads"
                 )
             ids = [
                 None if x is None else validate.dedup_id(x, f"dedup_ids[{i}]")
-                for i, x in enumerate(dedup_ids)
+                for i, x in enumerate(given)
             ]
         return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 

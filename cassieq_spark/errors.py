@@ -91,6 +91,11 @@ class CassandraUnavailableError(ConnectionFailedError, NoHostAvailable):
         return (type(self), (str(self.args[0]), {}), {"delivered": self.delivered})
 
 
+class ClientClosedError(CassieQError):
+    """A call on a client after its ``close()`` (or on a session its owner shut down): make a
+    new client. Not a cluster outage: nothing was sent."""
+
+
 class PermissionDeniedError(CassieQError):
     """The role lacks a permission; the message names it (schema commands need an admin)."""
 

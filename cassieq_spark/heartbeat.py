@@ -131,6 +131,15 @@ class AsyncHeartbeat:
     def held(self) -> list[Message]:
         return list(self._held.values())
 
+    def take(self, message: Message) -> str | None:
+        """:meth:`drop` without the lock, for a heartbeat already closed (no renewal can run),
+        from any thread."""
+        self._held.pop(id(message), None)
+        if id(message) in self._lost:
+            self._lost.discard(id(message))
+            return None
+        return message.pop_receipt
+
     async def close(self) -> None:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 
 from .errors import ConfigError
@@ -26,6 +27,10 @@ ROLE_RE = re.compile(r"[A-Za-z0-9_]{1,48}")
 # tested; the same limits as SQS's visibility timeout, for delays too.
 MAX_DELAY_SECONDS = 12 * 3600.0
 MAX_VISIBILITY_SECONDS = 12 * 3600.0
+# A receive claims its messages, counts the delivery, then hands out only the claims still
+# running: a claim shorter than the round trip would be counted and never handed out, and
+# after max_delivery_count such receives the message is dead-lettered or dropped unseen.
+MIN_VISIBILITY_SECONDS = 0.5
 # An open reservation row lives 14 days (engine/monoton.OPEN_TTL): readers must see it as
 # abandoned long before it expires, or they would take it for closed.
 MAX_REPAIR_TIMEOUT_SECONDS = 24 * 3600.0
@@ -164,6 +169,15 @@ def seconds(
     return v
 
 
+def number(value: object, what: str) -> float:
+    """A number argument of the Python API: an int or a float. A bool or a numeric string is
+    refused here (the command line and Spark options read text through :func:`seconds`);
+    the range is the caller's to check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{what} must be a number (int or float), got {_show(value)}")
+    return value
+
+
 def delay_seconds(value: object, what: str = "delay") -> float:
     """A message's initial invisibility: 0 to :data:`MAX_DELAY_SECONDS`."""
     return seconds(value, what, MAX_DELAY_SECONDS)
@@ -172,9 +186,17 @@ def delay_seconds(value: object, what: str = "delay") -> float:
 def visibility_seconds(
     value: object, what: str = "visibility timeout", zero: bool = False
 ) -> float:
-    """How long a delivery hides its message: up to :data:`MAX_VISIBILITY_SECONDS`; 0 only
-    where it means "release now" (``zero``)."""
-    return seconds(value, what, MAX_VISIBILITY_SECONDS, positive=not zero)
+    """How long a delivery hides its message: :data:`MIN_VISIBILITY_SECONDS` to
+    :data:`MAX_VISIBILITY_SECONDS`; with ``zero`` (a change of visibility, not a receive), 0
+    to the maximum, 0 meaning "release now"."""
+    v = seconds(value, what, MAX_VISIBILITY_SECONDS, positive=not zero)
+    if not zero and v < MIN_VISIBILITY_SECONDS:
+        raise ConfigError(
+            f"{what} must be at least {MIN_VISIBILITY_SECONDS:g} seconds, got {_show(value)}: "
+            "a shorter claim can end before its message is handed out, and the delivery would "
+            "count all the same"
+        )
+    return v
 
 
 def repair_timeout_seconds(value: object, what: str = "repair timeout") -> float:
@@ -376,7 +398,8 @@ def headers(value: object, position: int | None = None) -> dict[str, str] | None
 
 
 def group(value: object, what: str = "group") -> str:
-    """A message group: 1 to :data:`MAX_GROUP_CHARS` characters of valid Unicode."""
+    """A message group: 1 to :data:`MAX_GROUP_CHARS` characters of valid Unicode, not blank
+    and without control characters (a key nobody could tell from another when shown)."""
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, got {type(value).__name__}")
     if not 1 <= len(value) <= MAX_GROUP_CHARS:
@@ -384,6 +407,13 @@ def group(value: object, what: str = "group") -> str:
             f"{what} has {len(value)} characters; a group is 1 to {MAX_GROUP_CHARS} characters"
         )
     text(value, what)
+    if value.isspace():
+        raise ConfigError(f"{what} {_show(value)} is blank; a group needs a visible character")
+    control = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        raise ConfigError(
+            f"{what} {_show(value)} has the control character {control!r}; a group has none"
+        )
     return value
 
 

@@ -21,6 +21,14 @@ Invariants:
   messages of those still running after that are released (visible again at once). Handler
   threads are daemons: a handler stuck past the grace does not keep the process alive.
 
+- A handler that raises ``SystemExit`` or ``KeyboardInterrupt`` stops the worker: its message
+  is released (visible again at once), the others shut down as on SIGTERM, and :meth:`run`
+  raises that exception once it has shut down. A handler that returns an awaitable (a
+  coroutine function belongs to :class:`~cassieq_spark.async_worker.AsyncWorker`) has not
+  handled its message: that is a failure, never an ack.
+- Every option is checked when the worker is made (a handler that is not callable, or is a
+  coroutine function, included), before any receive, thread or signal handler.
+
 ``stop_when_empty=True`` returns once no handler runs, no failed message waits out its backoff
 (nor came due less than ``RETRY_SETTLE_SECONDS`` ago) and a receive came back empty.
 
@@ -30,7 +38,9 @@ threads and must not raise.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import math
 import queue as queue_mod
 import signal
 import threading
@@ -39,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import validate
 from .engine.core.messages import Message
 from .engine.core.queues import QueueInfo
 from .errors import ConfigError, StaleReceiptError
@@ -57,6 +68,7 @@ __all__ = [
     "WorkerMetrics",
     "WorkerOptions",
     "WorkerReport",
+    "is_async_handler",
 ]
 
 POLL_SLICE = 1.0  # seconds: the longest receive wait, so a stop is seen within about this
@@ -72,9 +84,13 @@ class Backoff:
     cap: float = 300.0
 
     def __post_init__(self) -> None:
-        if not (0 <= self.first <= self.cap <= 43_200) or self.factor < 1:
+        given = (self.first, self.factor, self.cap)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in given) or not (
+            0 <= self.first <= self.cap <= 43_200 and 1 <= self.factor < math.inf
+        ):  # NaN fails the comparisons too
             raise ConfigError(
-                f"backoff needs 0 <= first <= cap <= 43200 s and factor >= 1, got first="
+                f"backoff needs numbers 0 <= first <= cap <= 43200 s and a finite factor >= 1, "
+                f"got first="
                 f"{self.first!r}, factor={self.factor!r}, cap={self.cap!r}"
             )
 
@@ -226,16 +242,44 @@ class WorkerOptions:
     ):
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
-        if shutdown_grace < 0:
-            raise ConfigError(f"shutdown_grace must be >= 0 seconds, got {shutdown_grace!r}")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigError(
+                f"backoff must be a Backoff (e.g. Backoff(first=1, factor=2, cap=300)) or None, "
+                f"got {backoff!r}"
+            )
+        if metrics is not None and not isinstance(metrics, WorkerMetrics):
+            raise ConfigError(
+                f"metrics must be a WorkerMetrics (subclass it and override the hooks you "
+                f"need) or None, got {metrics!r}"
+            )
+        for name, flag in (
+            ("heartbeat", heartbeat),
+            ("handle_signals", handle_signals),
+            ("stop_when_empty", stop_when_empty),
+        ):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name} must be True or False, got {flag!r}")
+        # Every number checked here, before a receive, a thread or a signal handler exists.
         self.queue = queue
         self.concurrency = concurrency
-        self.batch = min(batch or concurrency, 1000)
-        self.wait = wait
-        self.visibility_timeout = visibility_timeout
+        self.batch = (
+            min(concurrency, validate.MAX_BATCH)
+            if batch is None
+            else validate.max_messages(batch, "batch")
+        )
+        self.wait = validate.wait_seconds(validate.number(wait, "wait"), "wait")
+        self.visibility_timeout = (
+            None
+            if visibility_timeout is None
+            else validate.visibility_seconds(
+                validate.number(visibility_timeout, "visibility_timeout")
+            )
+        )
         self.heartbeat = heartbeat
         self.backoff = backoff or Backoff()
-        self.shutdown_grace = shutdown_grace
+        self.shutdown_grace = validate.seconds(
+            validate.number(shutdown_grace, "shutdown_grace"), "shutdown_grace"
+        )
         self.handle_signals = handle_signals
         self.stop_when_empty = stop_when_empty
         self.report = WorkerReport()
@@ -248,9 +292,7 @@ class WorkerOptions:
         """The visibility each receive asks for (the worker's own, else the queue's) and the
         queue's delivery limit, read once when the worker starts."""
         self.receive_visibility = (
-            info.visibility_timeout
-            if self.visibility_timeout is None
-            else float(self.visibility_timeout)
+            info.visibility_timeout if self.visibility_timeout is None else self.visibility_timeout
         )
         self.max_deliveries = info.max_delivery_count
 
@@ -268,6 +310,14 @@ class WorkerOptions:
 
 
 _RUNNING, _RELEASED = "running", "released"
+
+
+def is_async_handler(handler: object) -> bool:
+    """``handler`` is a coroutine function (``async def``, a partial of one, or an object whose
+    ``__call__`` is one): calling it returns a coroutine to await."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004
+    )
 
 
 class Worker(WorkerOptions):
@@ -303,6 +353,16 @@ class Worker(WorkerOptions):
             handle_signals,
             stop_when_empty,
         )
+        if not callable(handler):
+            raise ConfigError(
+                f"handler must be a function taking a Message, got {handler!r}: every message "
+                "would fail with it"
+            )
+        if is_async_handler(handler):
+            raise ConfigError(
+                f"handler {handler!r} is a coroutine function: the threaded Worker would never "
+                "await it; run it with AsyncWorker (await AsyncQueueClient.worker(...))"
+            )
         self.client = client
         self.handler = handler
         self._lock = threading.Lock()
@@ -315,6 +375,8 @@ class Worker(WorkerOptions):
         self._acks: list[tuple[Message, str, float]] = []
         self._work: queue_mod.SimpleQueue[Message | None] = queue_mod.SimpleQueue()
         self._hb: Heartbeat | None = None
+        # A handler's SystemExit or KeyboardInterrupt: the worker stops and run() raises it.
+        self._exit: BaseException | None = None
 
     def stop(self) -> None:
         """Stop receiving; :meth:`run` then shuts down as on SIGTERM."""
@@ -337,11 +399,15 @@ class Worker(WorkerOptions):
             try:
                 self._shut_down()
             finally:
-                for _ in threads:
-                    self._work.put(None)
-                if self._hb is not None:
-                    self._hb.close()
-                restore()
+                try:
+                    for _ in threads:
+                        self._work.put(None)
+                    if self._hb is not None:
+                        self._hb.close()
+                finally:
+                    restore()
+        if self._exit is not None:
+            raise self._exit
         return self.report
 
     # -- receiving ------------------------------------------------------------------------------
@@ -410,9 +476,21 @@ class Worker(WorkerOptions):
     def _handle(self, client: QueueClient, m: Message) -> None:
         started = time.monotonic()
         try:
-            self.handler(m)
+            result = self.handler(m)
+            if inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()  # never run: no "never awaited" warning besides this error
+                raise TypeError(
+                    f"handler {self.handler!r} returned an awaitable, which the threaded Worker "
+                    "cannot run: the message was not handled; use AsyncWorker for coroutine "
+                    "handlers"
+                )
         except Exception as exc:
             self._failed(client, m, exc)
+            return
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: stop the whole worker
+            self._stopped_by(client, m, exc)
             return
         with self._lock:
             released = self._state.get(id(m)) != _RUNNING
@@ -426,6 +504,30 @@ class Worker(WorkerOptions):
         with self._lock:
             self._acks.append((m, receipt, started))
         self._flush_acks(client)
+
+    def _stopped_by(self, client: QueueClient, m: Message, exc: BaseException) -> None:
+        """A handler raised SystemExit or KeyboardInterrupt: its message is released (visible
+        again at once, its delivery counted), the worker stops as on SIGTERM, and
+        :meth:`run` raises ``exc`` once it has shut down."""
+        log.warning(
+            "worker on queue %r: the handler raised %s on message %d; stopping",
+            self.queue,
+            type(exc).__name__,
+            m.id,
+        )
+        with self._lock:
+            if self._exit is None:
+                self._exit = exc
+        self._stop.set()
+        try:
+            receipt = self._receipt(m)
+            if receipt is None:
+                self.metrics.on_stale(m)
+                return
+            results = client.change_visibility_many(self.queue, [(receipt, 0.0)])
+            self.metrics.releases_settled([(m, receipt)], results)
+        finally:
+            self._done(m)
 
     def _failed(self, client: QueueClient, m: Message, exc: Exception) -> None:
         with self._lock:

@@ -227,7 +227,9 @@ async def add_key(request: Request) -> Response:
     body = inputs.object_body(await inputs.body(request, 64 * 1024), "the key request")
     key_name = inputs.field_str(body, "keyName")
     if not key_name or names.KEY_NAME_RE.fullmatch(key_name) is None:
-        raise invalid(f"keyName must match [a-zA-Z_\\-0-9.]{{1,64}}, got {key_name!r}", 422)
+        raise invalid(
+            f"keyName must match [a-zA-Z_\\-0-9.]{{1,64}}, got {inputs.echo(key_name)}", 422
+        )
     try:
         key = await service.blocking(service.accounts.add_key, account.name, key_name)
     except KeyExists:
@@ -262,14 +264,14 @@ def _levels(value: Any) -> frozenset[str]:
     out: set[str] = set()
     for item in value:
         if not isinstance(item, str):
-            raise invalid(f"levels: {item!r} is not a level", 422)
+            raise invalid(f"levels: {inputs.echo(item)} is not a level", 422)
         text = item.strip()
         if text in signing.NONE_LEVEL:
             continue
         short = text if text in signing.ALL_LEVELS else by_name.get(text.lower())
         if short is None:
             raise invalid(
-                f"levels: {text!r} is not a level; use one of {', '.join(signing.LEVELS)} "
+                f"levels: {inputs.echo(text)} is not a level; use one of {', '.join(signing.LEVELS)} "
                 "or their names (GET .../permissions/supportedAuthorizationLevels)",
                 422,
             )
@@ -283,7 +285,7 @@ def _time(body: dict[str, Any], name: str) -> dt.datetime | None:
         return None
     when = signing.parse_time(raw)
     if when is None:
-        raise invalid(f"{name} must be yyyy-MM-ddTHH:mm:ssZ, got {raw!r}", 422)
+        raise invalid(f"{name} must be yyyy-MM-ddTHH:mm:ssZ, got {inputs.echo(raw)}", 422)
     return when
 
 

@@ -13,6 +13,7 @@ import secrets
 import time
 from contextlib import asynccontextmanager
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -21,9 +22,10 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..engine.store.schema import require_schema
-from . import admin, dashboard, v1, v2
-from .responses import ApiError, framework, json_response
-from .state import Service
+from ..errors import QueueNotFoundError
+from . import admin, dashboard, openapi, v1, v2
+from .responses import ApiError, framework, json_response, not_found_queue
+from .state import Service, unavailable
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("cassieq_spark.service.access")
@@ -31,6 +33,7 @@ access = logging.getLogger("cassieq_spark.service.access")
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._\-]{1,64}")
+REQUEST_ID_KEY = "cassieq.request_id"  # the scope key of the request's id
 
 
 async def health(request: Request) -> Response:
@@ -51,13 +54,14 @@ async def ready(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Needs the metrics or the admin key (``Authorization: Bearer <key>``), unless the
-    service was started with ``--public-metrics``: the queue series name every account's
-    queues."""
+    """The registry rendered from memory (the queue stats are a background snapshot): on a
+    thread of its own, never an engine thread or a pooled client. Needs the metrics or the
+    admin key (``Authorization: Bearer <key>``), unless the service was started with
+    ``--public-metrics``: the queue series name every account's queues."""
     service: Service = request.app.state.service
     if not service.config.public_metrics:
         admin.check_metrics(request, service)
-    body = await service.blocking(service.metrics.render)
+    body = await anyio.to_thread.run_sync(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -71,8 +75,30 @@ def _api_error(request: Request, exc: Exception) -> Response:
     return exc.response()
 
 
-def build_app(service: Service) -> Guard:
-    routes = [
+def _queue_gone(request: Request, exc: Exception) -> Response:
+    """A queue deleted under an engine call no route maps itself: that queue's 404."""
+    queue = request.path_params.get("queue", "")
+    return not_found_queue(getattr(request.scope.get("endpoint"), "__name__", ""), queue).response()
+
+
+def internal_error(request: Request, exc: Exception) -> Response:
+    """Any other exception: the documented JSON 500 naming the id the request is logged under
+    (Starlette's outermost error middleware sends this answer, then re-raises to the
+    :class:`Guard`, which logs the traceback under that id)."""
+    return internal_error_response(request.scope.get(REQUEST_ID_KEY, "-"))
+
+
+def internal_error_response(rid: str) -> Response:
+    body = {
+        "code": 500,
+        "message": f"There was an error processing your request. It has been logged (ID {rid}).",
+    }
+    return json_response(body, 500)
+
+
+def route_table() -> list[Route]:
+    """Every route the service serves (the API document is built from this table)."""
+    return [
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
@@ -80,20 +106,31 @@ def build_app(service: Service) -> Guard:
         *v2.ROUTES,
         *admin.ROUTES,
         *dashboard.ROUTES,
+        *openapi.ROUTES,
     ]
+
+
+def build_app(service: Service) -> Guard:
+    routes = route_table()
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        service.start_stats()
         yield
         service.draining = True
+        service.stop_stats()
 
     app = Starlette(
         routes=routes,
-        exception_handlers={HTTPException: _http_error, ApiError: _api_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            ApiError: _api_error,
+            QueueNotFoundError: _queue_gone,
+            Exception: internal_error,
+        },
         lifespan=lifespan,
     )
     app.state.service = service
-    service.metrics.watch_queues(lambda: dashboard.queue_stats(service))
     return Guard(app, service)
 
 
@@ -112,13 +149,20 @@ def printable(value: object) -> str:
     return _UNPRINTABLE.sub(_escape, "-" if value is None else str(value))
 
 
+# Probes are answered even past the bound on requests in progress: they are cheap and an
+# orchestrator must be able to tell a busy instance from a dead one.
+PROBES = frozenset({"/health", "/ready"})
+
+
 class Guard:
-    """The outermost layer: request id, header limits, access log, metrics, last-resort 500."""
+    """The outermost layer: request id, header limits, the bound on requests in progress,
+    access log, metrics, last-resort 500."""
 
     def __init__(self, app: Starlette, service: Service):
         self.app = app
         self.service = service
         self.state = app.state
+        self.in_progress = 0
 
     def template(self, scope: Scope) -> str:
         for route in self.app.routes:
@@ -139,6 +183,7 @@ class Guard:
         headers = scope.get("headers") or []
         given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
         rid = given if REQUEST_ID_RE.fullmatch(given) else secrets.token_hex(8)
+        scope = {**scope, REQUEST_ID_KEY: rid}
         status = 500
         sent = False
 
@@ -150,8 +195,15 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
+        limit = self.service.config.max_requests
+        counted = scope.get("path") not in PROBES
         try:
-            if (
+            if counted and self.in_progress >= limit:
+                self.service.metrics.shed.labels("requests").inc()
+                err = unavailable(f"{limit} requests are in progress on this instance; retry")
+                await err.response()(scope, receive, send_wrapped)
+                counted = False
+            elif (
                 len(headers) > MAX_HEADERS
                 or sum(len(k) + len(v) for k, v in headers) > MAX_HEADER_BYTES
             ):
@@ -160,7 +212,13 @@ class Guard:
                 )
                 await err.response()(scope, receive, send_wrapped)
             else:
-                await self.app(scope, receive, send_wrapped)
+                if counted:
+                    self.in_progress += 1
+                try:
+                    await self.app(scope, receive, send_wrapped)
+                finally:
+                    if counted:
+                        self.in_progress -= 1
         except Exception:
             log.exception(
                 "request %s %s failed (ID %s)",
@@ -169,12 +227,7 @@ class Guard:
                 rid,
             )
             if not sent:
-                body = {
-                    "code": 500,
-                    "message": "There was an error processing your request. It has been "
-                    f"logged (ID {rid}).",
-                }
-                await json_response(body, 500)(scope, receive, send_wrapped)
+                await internal_error_response(rid)(scope, receive, send_wrapped)
         finally:
             took = time.perf_counter() - started
             route = self.template(scope)

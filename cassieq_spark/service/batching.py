@@ -11,7 +11,9 @@ Invariants:
   arrive while the previous call of the same key is in flight, so batching adds no latency
   beyond that call.
 * A call that fails fails every request it carried, each with that error, as each would have
-  failed alone; the next batch still goes out.
+  failed alone; the next batch still goes out. A call that returns a wrong number of results
+  fails each request it carried, and a runner cancelled mid-call cancels every request it
+  carried or that was waiting for it: no request is left waiting for ever.
 """
 
 from __future__ import annotations
@@ -54,12 +56,18 @@ class Batcher(Generic[K, I, R]):
         return await done
 
     async def _run(self, key: K) -> None:
+        batch: list[tuple[I, asyncio.Future[R]]] = []
         try:
             while waiting := self._waiting.get(key):
                 batch, self._waiting[key] = waiting[: self._max_batch], waiting[self._max_batch :]
                 self.batches += 1
                 try:
-                    results = await self._call_many(key, [item for item, _ in batch])
+                    results = list(await self._call_many(key, [item for item, _ in batch]))
+                    if len(results) != len(batch):
+                        raise RuntimeError(
+                            f"{len(batch)} requests were carried and {len(results)} results came "
+                            "back; each request is failed rather than given another's result"
+                        )
                 except Exception as exc:
                     for _, done in batch:
                         if not done.done():
@@ -68,6 +76,13 @@ class Batcher(Generic[K, I, R]):
                 for (_, done), result in zip(batch, results, strict=True):
                     if not done.done():
                         done.set_result(result)
+        except BaseException:
+            # Cancelled (a shutdown past its drain): no request it carried or that waits for
+            # the next call may be left waiting for an answer that will never come.
+            for _, done in [*batch, *self._waiting.pop(key, [])]:
+                if not done.done():
+                    done.cancel()
+            raise
         finally:
             self._callers.pop(key, None)
             if not self._waiting.get(key):

@@ -40,6 +40,14 @@ DEFAULT_SIGNED_URL_SECONDS = 24 * 3600.0
 MIN_SECRET_BYTES = 32
 MIN_OPERATOR_KEY_CHARS = 32
 MIN_OPERATOR_KEY_DISTINCT = 16
+DEFAULT_MAX_REQUESTS = 1024
+DEFAULT_MAX_WAITING_CALLS = 512
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+DEFAULT_DRAIN_NOTICE = 0.0
+DEFAULT_STATS_SECONDS = 10.0
+MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def original_env_options(
@@ -68,9 +76,21 @@ def read_secret(
     path = file_flag or environ.get(env_file)
     if path:
         try:
-            data = Path(path).read_bytes().strip()
+            # A regular file only: opening a FIFO would wait for a writer for ever, and a
+            # device such as /dev/zero never ends.
+            if not Path(path).is_file():
+                raise ConfigError(
+                    f"the {what} file {path!r} is not a regular file; give a file that holds it"
+                )
+            with Path(path).open("rb") as f:
+                data = f.read(MAX_SECRET_FILE_BYTES + 1).strip()
         except OSError as exc:
             raise ConfigError(f"cannot read the {what} from {path!r}: {exc.strerror}") from None
+        if len(data) > MAX_SECRET_FILE_BYTES:
+            raise ConfigError(
+                f"the {what} file {path!r} has more than {MAX_SECRET_FILE_BYTES} bytes; "
+                "it should hold one secret"
+            )
         if not data:
             raise ConfigError(f"the {what} file {path!r} is empty")
         return data
@@ -93,6 +113,13 @@ class ServiceConfig:
     repair_interval: float = DEFAULT_REPAIR_INTERVAL
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     workers: int = DEFAULT_WORKERS
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    max_waiting_calls: int = DEFAULT_MAX_WAITING_CALLS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    drain_notice: float = DEFAULT_DRAIN_NOTICE
+    stats_seconds: float = DEFAULT_STATS_SECONDS
     cluster_name: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None

@@ -11,39 +11,19 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..errors import QueueNotFoundError
-from . import names
 from .admin import check_metrics
 from .responses import json_response
 from .state import Service
 
 log = logging.getLogger(__name__)
-MAX_QUEUES = 200
-
-
-def queue_stats(service: Service) -> list[dict]:
-    """Engine stats of every queue (blocking; at most :data:`MAX_QUEUES`)."""
-
-    def collect(c) -> list[dict]:
-        out = []
-        for info in c.list_queues()[:MAX_QUEUES]:
-            try:
-                s = c.stats(info.name)
-            except QueueNotFoundError:
-                continue
-            owner = names.split(info.name)
-            s["account"] = owner[0] if owner else None
-            s["dead_letter_queue"] = info.dead_letter_queue
-            out.append(s)
-        return out
-
-    return service.with_client(collect)
 
 
 async def queues(request: Request) -> Response:
+    """Every queue's stats from the snapshot :mod:`.metrics` keeps (refreshed in the
+    background, at most :data:`~.metrics.QUEUE_STATS_SECONDS` old): no engine call here."""
     service: Service = request.app.state.service
     check_metrics(request, service)
-    stats = await service.blocking(queue_stats, service)
+    stats = service.metrics.queue_stats()
     keep = [
         "queue",
         "account",

@@ -9,31 +9,59 @@ import json
 import math
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 
 from . import names
 from .responses import ApiError, framework, invalid
 
-UNPARSABLE_JSON = ApiError(400, {"code": 400, "message": "Unable to process JSON"})
+ECHO_CHARS = 80  # at most this much of a refused value comes back in an error message
+
+
+def unparsable_json() -> ApiError:
+    """A new error per refusal: an exception raised again keeps every earlier traceback, and
+    with it every earlier body."""
+    return ApiError(400, {"code": 400, "message": "Unable to process JSON"})
+
+
+def echo(value: Any) -> str:
+    """A refused value as an error message shows it: its ``repr``, cut to :data:`ECHO_CHARS`."""
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
+def is_whole_number(text: str) -> bool:
+    """ASCII digits with an optional leading minus: what ``int`` reads as a number without
+    surprises (``'²'.isdigit()`` is true and ``int('²')`` fails; ``'١٢'`` would be 12)."""
+    digits = text[1:] if text.startswith("-") else text
+    return digits.isascii() and digits.isdecimal()
 
 
 async def body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 past ``limit`` bytes (read no further than that)."""
+    """The request body, refused with 413 past ``limit`` bytes (read no further than that),
+    and with 408 when it has not all arrived within the service's ``body_timeout``."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (is_whole_number(declared) and not declared.startswith("-")):
             raise framework(400, "Content-Length is not a number")
         if int(declared) > limit:
             raise framework(413, f"the body has {declared} bytes; at most {limit} are accepted")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise framework(
-                413, f"the body has more than {limit} bytes; at most {limit} are accepted"
-            )
-        chunks.append(chunk)
+    timeout = request.app.state.service.config.body_timeout
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise framework(
+                        413, f"the body has more than {limit} bytes; at most {limit} are accepted"
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        err = framework(408, f"the body did not arrive within {timeout:g} s")
+        err.headers["Connection"] = "close"
+        raise err from None
     return b"".join(chunks)
 
 
@@ -46,7 +74,7 @@ def json_body(raw: bytes, *, required: bool = True) -> Any:
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise UNPARSABLE_JSON from None
+        raise unparsable_json() from None
 
 
 def _no_constant(name: str) -> Any:
@@ -66,9 +94,9 @@ def query_int(request: Request, name: str, default: int | None, low: int, high: 
     if raw is None or raw == "":
         return default
     text = raw.strip()
-    if not (text.lstrip("-").isdigit() and len(text) <= 12):
+    if not (is_whole_number(text) and len(text) <= 12):
         raise invalid(
-            f"query param {name} must be a whole number from {low} to {high}, got {raw[:40]!r}"
+            f"query param {name} must be a whole number from {low} to {high}, got {echo(raw)}"
         )
     value = int(text)
     if not low <= value <= high:
@@ -86,7 +114,7 @@ def field_int(
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise invalid(f"{name} must be a whole number from {low} to {high}, got {value!r}", 422)
+        raise invalid(f"{name} must be a whole number from {low} to {high}, got {echo(value)}", 422)
     return value
 
 

@@ -83,7 +83,7 @@ def parse_time(value: str) -> dt.datetime | None:
         return dt.datetime(y, mo, d, h, mi, sec, tzinfo=dt.timezone(offset)).astimezone(
             dt.timezone.utc
         )
-    except ValueError:  # month 13, an offset of 25 hours
+    except (ValueError, OverflowError):  # month 13, an offset of 25 hours, year 9999-23:59
         return None
 
 

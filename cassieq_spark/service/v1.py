@@ -114,6 +114,22 @@ def bad_receipt(receipt: str) -> ApiError:
     )
 
 
+def refuse_head(request: Request) -> None:
+    """A route that claims messages answers ``HEAD`` with 405: a HEAD reply has no body, so
+    the receipts of what it claimed could reach nobody (Starlette serves HEAD from every GET
+    route)."""
+    if request.method == "HEAD":
+        err = framework(405, "this route claims messages; use GET")
+        err.headers["Allow"] = "GET"
+        raise err
+
+
+async def client_left(request: Request) -> bool:
+    """The client of a GET has disconnected. The first look may only take the request's (empty)
+    body off the channel; the second sees a disconnect that came before it."""
+    return await request.is_disconnected() or await request.is_disconnected()
+
+
 async def queue_info(service: Service, request: Request, account: str, operation: str) -> QueueInfo:
     queue = request.path_params["queue"]
     inputs.check_queue(account, queue)
@@ -156,7 +172,9 @@ async def create_queue(request: Request) -> Response:
     finalize = inputs.field_int(body, "repairWorkerBucketFinalizeTimeSeconds", 15, 1, 24 * 3600)
     keep = body.get("deleteBucketsAfterFinalize")
     if keep is not None and not isinstance(keep, bool):
-        raise invalid(f"deleteBucketsAfterFinalize must be true or false, got {keep!r}", 422)
+        raise invalid(
+            f"deleteBucketsAfterFinalize must be true or false, got {inputs.echo(keep)}", 422
+        )
     dlq = inputs.field_str(body, "dlqName") or None
     if dlq is not None:
         inputs.check_queue(account, dlq, "dlqName")
@@ -205,7 +223,7 @@ async def statistics(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "g", request.path_params["queue"])
     info = await queue_info(service, request, account, "getQueueStatistics")
-    stats = await service.call(lambda c: c.stats(info.name), "getQueueStatistics")
+    stats = await service.call(lambda c: c.stats(info.name), "getQueueStatistics", info.name)
     return json_response({"size": unacked(stats)})
 
 
@@ -220,7 +238,7 @@ async def delete_queue(request: Request) -> Response:
         except QueueNotFoundError:
             raise not_found_queue("Delete", request.path_params["queue"]) from None
 
-    await service.call(delete, "Delete")
+    await service.call(delete, "Delete", info.name)
     return empty(200)
 
 
@@ -289,6 +307,7 @@ def visible_at_once(c, queue: str) -> Message | None:
 
 
 async def next_message(request: Request) -> Response:
+    refuse_head(request)
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
     vt = inputs.query_int(request, "invisibilityTimeSeconds", DEFAULT_INVISIBILITY, 0, MAX_SECONDS)
@@ -298,9 +317,7 @@ async def next_message(request: Request) -> Response:
         return empty(204) if found is None else json_response(message_body(info, found))
 
     async def gone() -> bool:
-        # The first look may only take the request's (empty) body off the channel; the second
-        # sees a disconnect that came before it.
-        return await request.is_disconnected() or await request.is_disconnected()
+        return await client_left(request)
 
     m = await service.gets.get(info.name, float(vt or 1), gone)
     if m is None:
@@ -330,7 +347,7 @@ async def update_message(request: Request) -> Response:
         except ConfigError as exc:
             raise invalid(str(exc), 422) from None
 
-    new = await service.call(update, "UpdateMessage")
+    new = await service.call(update, "UpdateMessage", info.name)
     if new is None:
         raise conflict("UpdateMessage", "Pop receipt is stale.")
     message_id = PopReceipt.decode(new).message_id

@@ -1,33 +1,36 @@
 """The batch API v2 under ``/api/v2/accounts/{account}/queues/{queue}``: batch put (with
 deduplication ids), batch receive with long polling, batch ack and batch visibility change with
 a result per entry, a change of the queue's settings, stats, redrive, purge; the same accounts
-and auth as v1. ``GET /api/v2/openapi.json`` describes it and
-``GET /api/v2/docs`` renders that description as a page.
+and auth as v1. :func:`openapi` describes these routes; :mod:`.openapi` makes them part of the
+service's one API document.
 """
 
 from __future__ import annotations
 
 import base64
-import html
-import json
+import logging
+import time
 from typing import Any
 
+import anyio
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import validate
 from ..client import PutEntry
+from ..engine.consume.batch import POLL_FIRST, POLL_MAX
 from ..engine.consume.batch_ack import ReceiptResult
 from ..engine.core.messages import Message
 from ..engine.core.queues import UNSET, QueueInfo
 from ..errors import ConfigError, QueueNotFoundError
 from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
 from . import auth, inputs, names
-from .responses import invalid, json_response, not_found_queue
+from .responses import ApiError, invalid, json_response, not_found_queue
 from .state import Service
-from .v1 import MAX_SECONDS, authorize, message_tag, queue_info
+from .v1 import MAX_SECONDS, authorize, client_left, message_tag, queue_info, refuse_head
 
+log = logging.getLogger(__name__)
 PREFIX = "/api/v2/accounts/{account}/queues/{queue}"
 
 
@@ -59,19 +62,72 @@ def result_json(r: ReceiptResult) -> dict[str, Any]:
 
 
 async def receive(request: Request) -> Response:
+    """Up to ``max`` messages, waiting up to ``waitSeconds`` for a first one.
+
+    The wait holds no engine thread: each look is a short ``get_many`` on a worker thread, and
+    between looks the request sleeps on the event loop (pauses doubling from 50 ms to 0.5 s).
+    Before each look, and once more before the reply is written, the client is looked at: a
+    client that left claims nothing, and what was claimed for one that left meanwhile is given
+    back at once (visible again, the delivery not counted), so a consumer whose own timeout is
+    shorter than ``waitSeconds`` never moves a message toward its dead-letter queue.
+    """
+    refuse_head(request)
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
     n = inputs.query_int(request, "max", 10, 1, MAX_BATCH) or 10
     wait = inputs.query_int(request, "waitSeconds", 0, 0, int(MAX_WAIT_SECONDS)) or 0
     vt = inputs.query_int(request, "invisibilityTimeSeconds", None, 1, MAX_SECONDS)
     info = await queue_info(service, request, account, "receiveMessages")
-    got = await service.call(
-        lambda c: c.get_many(
-            info.name, n, None if vt is None else float(vt), wait_seconds=float(wait)
-        ),
-        "receiveMessages",
-    )
-    return json_response({"messages": [message_json(info, m) for m in got]})
+    deadline = time.monotonic() + wait
+    pause = POLL_FIRST
+    while True:
+        if await client_left(request):
+            return json_response({"messages": []})  # nobody reads it
+        got = await service.call(
+            lambda c: c.get_many(info.name, n, None if vt is None else float(vt)),
+            "receiveMessages",
+            info.name,
+        )
+        left = deadline - time.monotonic()
+        if got or left <= 0:
+            break
+        await anyio.sleep(min(pause, left))
+        pause = min(pause * 2, POLL_MAX)
+    if got and await client_left(request):
+        await give_back(service, info.name, got)
+        return json_response({"messages": []})
+    kept = fit_in_answer(got, service.config.max_response_bytes)
+    if len(kept) < len(got):
+        await give_back(service, info.name, got[len(kept) :])
+    return json_response({"messages": [message_json(info, m) for m in kept]})
+
+
+async def give_back(service: Service, queue: str, messages: list[Message]) -> None:
+    """Give back messages claimed for nobody; a give-back that fails (Cassandra unavailable,
+    shed by the bound on waiting calls) is logged and the receive still answers: those messages
+    are visible again when their visibility timeout ends (at least once)."""
+    try:
+        await service.give_back(queue, messages)
+    except ApiError as exc:
+        log.warning(
+            "%d message(s) of %s claimed for nobody could not be given back (%s); they become "
+            "visible when their visibility timeout ends",
+            len(messages),
+            queue,
+            exc.body,
+        )
+
+
+def fit_in_answer(messages: list[Message], max_bytes: int) -> list[Message]:
+    """The first messages whose payloads fit in ``max_bytes`` together (always the first one):
+    the answer of a receive is built in memory, so its size is bounded; the rest are given
+    back (visible again at once, the delivery not counted)."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.payload)
+        if i > 0 and total > max_bytes:
+            return messages[:i]
+    return messages
 
 
 def _list(body: dict[str, Any], name: str) -> list:
@@ -91,7 +147,9 @@ async def ack(request: Request) -> Response:
     if not all(isinstance(r, str) for r in receipts):
         raise invalid("popReceipts must be strings", 422)
     info = await queue_info(service, request, account, "ackMessages")
-    results = await service.call(lambda c: c.ack_many(info.name, receipts), "ackMessages")
+    results = await service.call(
+        lambda c: c.ack_many(info.name, receipts), "ackMessages", info.name
+    )
     return json_response({"results": [result_json(r) for r in results]})
 
 
@@ -109,7 +167,7 @@ async def visibility(request: Request) -> Response:
         pairs.append((entry["popReceipt"], float(seconds or 0)))
     info = await queue_info(service, request, account, "changeVisibility")
     results = await service.call(
-        lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility"
+        lambda c: c.change_visibility_many(info.name, pairs), "changeVisibility", info.name
     )
     return json_response({"results": [result_json(r) for r in results]})
 
@@ -125,7 +183,7 @@ def _put_entry(i: int, entry: Any) -> PutEntry:
         set(entry) - {"message", "encoding", "headers", "delaySeconds", "dedupId", "group"}
     )
     if unknown:
-        raise invalid(f"{where} has an unknown field {unknown[0]!r}", 422)
+        raise invalid(f"{where} has an unknown field {inputs.echo(unknown[0])}", 422)
     encoding = entry.get("encoding", "utf-8")
     payload: bytes | str = entry["message"]
     if encoding == "base64":
@@ -134,7 +192,9 @@ def _put_entry(i: int, entry: Any) -> PutEntry:
         except ValueError:
             raise invalid(f"{where}.message is not base64", 422) from None
     elif encoding != "utf-8":
-        raise invalid(f"{where}.encoding must be 'utf-8' or 'base64', got {encoding!r}", 422)
+        raise invalid(
+            f"{where}.encoding must be 'utf-8' or 'base64', got {inputs.echo(encoding)}", 422
+        )
     delay = inputs.field_int(entry, "delaySeconds", 0, 0, MAX_SECONDS) or 0
     dedup = entry.get("dedupId")
     if dedup is not None:
@@ -162,7 +222,7 @@ async def put(request: Request) -> Response:
     )
     entries = [_put_entry(i, e) for i, e in enumerate(_list(body, "messages"))]
     info = await queue_info(service, request, account, "putMessages")
-    ids = await service.call(lambda c: c.put_batch(info.name, entries), "putMessages")
+    ids = await service.call(lambda c: c.put_batch(info.name, entries), "putMessages", info.name)
     return json_response({"ids": ids, "messageTags": [message_tag(info, i) for i in ids]})
 
 
@@ -206,7 +266,7 @@ async def update_settings(request: Request) -> Response:
     unknown = sorted(set(body) - set(SETTING_FIELDS))
     if unknown:
         raise invalid(
-            f"setting {unknown[0]!r} cannot be changed; the fields are {', '.join(SETTING_FIELDS)}",
+            f"setting {inputs.echo(unknown[0])} cannot be changed; the fields are {', '.join(SETTING_FIELDS)}",
             422,
         )
     changes: dict[str, Any] = {}
@@ -216,14 +276,14 @@ async def update_settings(request: Request) -> Response:
         value = body[field]
         if field == "dlqName" and value is not None:
             if not isinstance(value, str):
-                raise invalid(f"dlqName must be a string or null, got {value!r}", 422)
+                raise invalid(f"dlqName must be a string or null, got {inputs.echo(value)}", 422)
             inputs.check_queue(account, value, "dlqName")
             auth.require_target(
                 request.state.levels, request.state.claim, value, "the dead-letter queue"
             )
             value = names.engine_name(account, value)
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
-            raise invalid(f"{field} must be a number, got {value!r}", 422)
+            raise invalid(f"{field} must be a number, got {inputs.echo(value)}", 422)
         changes[arg] = value
     info = await queue_info(service, request, account, "updateQueue")
 
@@ -243,7 +303,7 @@ async def update_settings(request: Request) -> Response:
         except ConfigError as exc:
             raise invalid(str(exc).replace(info.name, request.path_params["queue"]), 422) from None
 
-    updated = await service.call(update, "updateQueue")
+    updated = await service.call(update, "updateQueue", info.name)
     return json_response(settings_json(account, request.path_params["queue"], updated))
 
 
@@ -251,7 +311,7 @@ async def stats(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "g", request.path_params["queue"])
     info = await queue_info(service, request, account, "getStats")
-    s = await service.call(lambda c: c.stats(info.name), "getStats")
+    s = await service.call(lambda c: c.stats(info.name), "getStats", info.name)
     return json_response(
         {
             "queueName": request.path_params["queue"],
@@ -292,14 +352,14 @@ async def redrive(request: Request) -> Response:
         report = c.redrive(info.name, target, max_messages=most).as_dict()
         return {"from": request.path_params["queue"], "to": to, "moved": report["moved"]}
 
-    return json_response(await service.call(move, "redrive"))
+    return json_response(await service.call(move, "redrive", info.name))
 
 
 async def purge(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "d", request.path_params["queue"])
     info = await queue_info(service, request, account, "purge")
-    report = await service.call(lambda c: c.purge(info.name).as_dict(), "purge")
+    report = await service.call(lambda c: c.purge(info.name).as_dict(), "purge", info.name)
     return json_response({"queueName": request.path_params["queue"], "purged": report["purged"]})
 
 
@@ -510,38 +570,7 @@ def openapi() -> dict[str, Any]:
     }
 
 
-async def openapi_json(request: Request) -> Response:
-    return json_response(openapi())
-
-
-async def docs(request: Request) -> Response:
-    doc = openapi()
-    rows = []
-    for path, ops in doc["paths"].items():
-        for method, spec in ops.items():
-            params = ", ".join(p["name"] for p in spec["parameters"] if p["in"] == "query")
-            rows.append(
-                f"<tr><td>{method.upper()}</td><td><code>{html.escape(path)}</code></td>"
-                f"<td>{html.escape(spec['summary'])}</td><td>{html.escape(spec['description'])}</td>"
-                f"<td>{html.escape(params)}</td></tr>"
-            )
-    page = (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>cassieq API v2</title>"
-        "</head><body><h1>cassieq HTTP API v2</h1><p>The machine-readable description: "
-        "<a href='/api/v2/openapi.json'>/api/v2/openapi.json</a>. The v1 API is the CassieQ "
-        "REST API (docs/service.md).</p><table border='1' cellpadding='4'><tr><th>method</th>"
-        "<th>path</th><th>what</th><th>auth</th><th>query</th></tr>"
-        + "".join(rows)
-        + "</table><pre id='openapi' hidden>"
-        + html.escape(json.dumps(doc))
-        + "</pre></body></html>"
-    )
-    return HTMLResponse(page)
-
-
 ROUTES = [
-    Route("/api/v2/openapi.json", openapi_json, methods=["GET"]),
-    Route("/api/v2/docs", docs, methods=["GET"]),
     Route(PREFIX, update_settings, methods=["PATCH"]),
     Route(PREFIX + "/messages", receive, methods=["GET"]),
     Route(PREFIX + "/messages", put, methods=["POST"]),

@@ -19,7 +19,9 @@ def test_health_ready_metrics_and_the_access_log(
     """On a keyspace of its own: /metrics lists a bounded number of queues by name, and the
     shared test keyspace holds the queues of every other test."""
     keyspace = own_keyspace_client.config.keyspace
-    server = start_test_server(tmp_path, cassandra, {**cassieq_options, "keyspace": keyspace})
+    server = start_test_server(
+        tmp_path, cassandra, {**cassieq_options, "keyspace": keyspace}, "--stats-seconds", "1"
+    )
     try:
         assert server.call("GET", "/health").json()["status"] == "ok"
         assert server.call("GET", "/ready").json()["status"] == "ready"
@@ -32,7 +34,13 @@ def test_health_ready_metrics_and_the_access_log(
         assert r.headers["x-request-id"] == "trace-me-42"
         assert len(server.call("GET", "/health").headers["x-request-id"]) == 16
         server.call("GET", base + "/nope", headers=auth)
-        text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
+        # the queue stats are a snapshot refreshed in the background (every second here)
+        deadline = time.monotonic() + 10
+        while True:
+            text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
+            if f'cassieq_queue_backlog{{queue="{name}.q"}}' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         route = 'route="/api/v1/accounts/{account}/queues/{queue}/messages"'
         assert f'cassieq_http_requests_total{{method="POST",{route},status="201"}} 1.0' in text
         assert 'method="GET",route="/api/v1/accounts/{account}/queues/{queue}",status="404"' in text

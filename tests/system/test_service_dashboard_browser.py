@@ -189,6 +189,8 @@ def test_the_dashboard_renders_queues_backlog_rates_age_and_dead_letters_in_chro
         secrets.token_urlsafe(32),
         admin_key,
         "--bootstrap",
+        "--stats-seconds",
+        "1",  # the dashboard's data is a snapshot refreshed in the background
     )
     browser = None
     try:

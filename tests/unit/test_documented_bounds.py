@@ -100,12 +100,18 @@ BOUNDS: dict[str, tuple[list[Check], list[Check], list[str]]] = {
         [f"{validate.MAX_DELAY_SECONDS:,.0f} s"],
     ),
     "visibility timeout": (
-        [lambda: validate.visibility_seconds(validate.MAX_VISIBILITY_SECONDS)],
+        [
+            lambda: validate.visibility_seconds(validate.MAX_VISIBILITY_SECONDS),
+            lambda: validate.visibility_seconds(validate.MIN_VISIBILITY_SECONDS),
+        ],
         [
             lambda: validate.visibility_seconds(validate.MAX_VISIBILITY_SECONDS + 0.001),
+            lambda: validate.visibility_seconds(validate.MIN_VISIBILITY_SECONDS - 0.001),
             lambda: validate.visibility_seconds(0),
         ],
-        [f"{validate.MAX_VISIBILITY_SECONDS:,.0f} s"],
+        [
+            f"{validate.MIN_VISIBILITY_SECONDS:g} to {validate.MAX_VISIBILITY_SECONDS:,.0f} s",
+        ],
     ),
     "repair timeout": (
         [lambda: validate.repair_timeout_seconds(validate.MAX_REPAIR_TIMEOUT_SECONDS)],

@@ -14,6 +14,7 @@ PUBLIC = {
     "QueueInfo",
     "CassandraUnavailableError",
     "CassieQError",
+    "ClientClosedError",
     "ConfigError",
     "ConnectionFailedError",
     "ContentionError",

@@ -227,6 +227,54 @@ def _check_dead_letter_chain(conn: Connection, name: str, dlq: str) -> None:
         current = info.dead_letter_queue
 
 
+def _serial_chain(conn: Connection, name: str) -> list[str]:
+    """The dead-letter chain from ``name`` (``name`` first), read at the serial level so that
+    every compare-and-set that completed before this read is in it; it stops at a queue
+    without a dead-letter queue, a deleted one, or the first queue seen twice (a cycle)."""
+    chain = [name]
+    while True:
+        row = conn.read_serial(
+            "SELECT queue_id, dead_letter_queue FROM {ks}.queues WHERE name = ?", (chain[-1],)
+        )
+        nxt = None if row is None or row.queue_id is None else row.dead_letter_queue
+        if nxt is None:
+            return chain
+        chain.append(nxt)
+        if nxt in chain[:-1]:
+            return chain
+
+
+def _undo_if_cycle(conn: Connection, info: QueueInfo, dlq: str, version: int) -> None:
+    """After ``update_queue`` set ``dlq`` as the dead-letter queue of ``info.name`` at settings
+    ``version``: if another update that ran at the same time closed a cycle through it (each
+    checked the chain before the other's change was written: ``a -> b`` and ``b -> a``), put
+    the previous dead-letter queue back and refuse. The cycle check reads at the serial level
+    after this compare-and-set, so of two updates that close a cycle, the later to apply sees
+    the earlier's change: at least one of them undoes itself (both may), and no cycle stays."""
+    name = info.name
+    chain = _serial_chain(conn, name)
+    if chain[-1] != name or len(chain) < 2:
+        return
+    res = conn.cas(
+        "UPDATE {ks}.queues SET dead_letter_queue = ?, settings_version = ?, "
+        "updated_at = toTimestamp(now()) WHERE name = ? IF queue_id = ? AND settings_version = ?",
+        (info.dead_letter_queue, version + 1, name, info.queue_id, version),
+        read="SELECT queue_id, settings_version FROM {ks}.queues WHERE name = ?",
+        read_params=(name,),
+        applied=_updated_to(info.queue_id, version + 1),
+    )
+    undone = (
+        "the previous one is back"
+        if res.was_applied
+        else "the queue's settings changed again since: check them"
+    )
+    raise ConfigError(
+        f"dead-letter queue {dlq!r} of queue {name!r} formed a cycle ({' -> '.join(chain)}) "
+        f"with another dead-letter change made at the same time; {undone}. A dead-letter chain "
+        "must end in a queue without a dead-letter queue: change one queue at a time"
+    )
+
+
 def create_queue(
     conn: Connection,
     name: str,
@@ -397,7 +445,11 @@ def update_queue(conn: Connection, name: str, **changes: Any) -> QueueInfo:
 
     The update is a compare-and-set on the row's ``settings_version``: one that read settings
     another update changed since (a dead-letter chain checked against them) reads and checks
-    again, and one that finds the queue deleted or re-created (another ``queue_id``) fails."""
+    again, and one that finds the queue deleted or re-created (another ``queue_id``) fails.
+    A new dead-letter queue is checked against the chain before the compare-and-set and,
+    since two updates of two queues (``a -> b``, ``b -> a``) can each pass that check before
+    the other is written, again after it (:func:`_undo_if_cycle`): a change that closed a
+    cycle is undone and refused."""
     unknown = sorted(set(changes) - set(UPDATABLE_SETTINGS))
     if unknown:
         fixed = [u for u in unknown if u in SETTING_NAMES]
@@ -422,6 +474,7 @@ def update_queue(conn: Connection, name: str, **changes: Any) -> QueueInfo:
         s = validate_settings(name=name, **merged)
         if s["dead_letter_queue"] and s["dead_letter_queue"] != info.dead_letter_queue:
             _check_dead_letter_chain(conn, name, s["dead_letter_queue"])
+            faults.point("queues.dead_letter_chain_checked", queue=name)
         version = info.settings_version + 1
         res = conn.cas(
             "UPDATE {ks}.queues SET max_delivery_count = ?, visibility_timeout = ?, "
@@ -446,6 +499,8 @@ def update_queue(conn: Connection, name: str, **changes: Any) -> QueueInfo:
         row = res.one()
         if res.was_applied:
             log.info("queue %s: settings %s changed (version %d)", name, sorted(wanted), version)
+            if s["dead_letter_queue"] and s["dead_letter_queue"] != info.dead_letter_queue:
+                _undo_if_cycle(conn, info, s["dead_letter_queue"], version)
             return get_queue(conn, name)
         if row is None or getattr(row, "queue_id", None) != info.queue_id:
             raise QueueNotFoundError(
