@@ -18,14 +18,19 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 setup: $(STAMP) $(JARS_STAMP)
 
+# Each step says what it resolves before it starts (pip and Maven run quiet).
 $(STAMP): pyproject.toml
+	@echo "setup: Python environment in $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setup: upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "setup: resolving the package and its extras [spark,connect,cli,demo,server,test,bench] from pyproject.toml"
 	$(PY) -m pip install -q -e '.[spark,connect,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
 $(JARS_STAMP): conf/pom.xml
+	@echo "setup: resolving Cassandra's server jars (conf/pom.xml) with Maven into .cassandra/lib"
 	mkdir -p .cassandra/lib
 	mvn -q -B -f conf/pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(abspath .cassandra/lib) -DincludeScope=runtime

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="full sizes (2M-message history, ...)")
     ap.add_argument(
         "--only",
-        help="comma-separated suites: connector,engine,groups,profile,sink,source,latency,flatness,scc,scale,service,async_client (scale: full mode or named)",
+        help="comma-separated suites: connector,engine,groups,redrive,profile,sink,source,latency,flatness,scc,scale,service,async_client (scale: full mode or named)",
     )
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--rows", type=int, help="rows for the sink and source suites")

@@ -215,6 +215,11 @@ def run_all(cfg: BenchConfig, only: set[str] | None = None) -> dict:
         from . import groups
 
         runner.suite("groups", lambda: groups.suite(cfg))
+    if wanted("redrive"):
+        from . import redrive
+
+        # 2,000 (full: 10,000) dead letters: batch path against one at a time, counted
+        runner.suite("redrive", lambda: redrive.suite(cfg))
     if wanted("profile"):
         runner.suite("sink_profile", lambda: sink.profile_hot_path(cfg, cfg.profile_rows))
     # The Spark Cassandra Connector (its own PySpark 3.5 job, up for the run): with the sink or

@@ -35,7 +35,9 @@ from .consume_loop import AsyncConsumeLoop, Releaser
 from .engine.consume.batch_ack import ReceiptResult
 from .engine.core import queues
 from .engine.core.messages import Message
+from .engine.core.progress import ProgressSink
 from .engine.core.queues import QueueInfo
+from .engine.upkeep.batch_moves import DEFAULT_BATCH as DEFAULT_MOVE_BATCH
 from .engine.upkeep.moves import MoveReport
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.repair import RepairReport
@@ -125,6 +127,7 @@ class AsyncQueueClient:
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
         tables_only: bool = False,
+        progress: ProgressSink | None = None,
     ) -> int:
         """:meth:`QueueClient.bootstrap`, on a worker thread (schema changes)."""
         loop = asyncio.get_running_loop()
@@ -137,6 +140,7 @@ class AsyncQueueClient:
                 app_password=app_password,
                 replication=replication,
                 tables_only=tables_only,
+                progress=progress,
             ),
         )
 
@@ -306,6 +310,11 @@ class AsyncQueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         return await self._run(
             "redrive",
@@ -313,6 +322,10 @@ class AsyncQueueClient:
             to,
             max_messages=max_messages,
             visibility_timeout=visibility_timeout,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
         )
 
     async def move(
@@ -321,6 +334,11 @@ class AsyncQueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         return await self._run(
             "move",
@@ -328,10 +346,14 @@ class AsyncQueueClient:
             to,
             max_messages=max_messages,
             visibility_timeout=visibility_timeout,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
         )
 
-    async def purge(self, queue: str) -> PurgeReport:
-        return await self._run("purge", queue)
+    async def purge(self, queue: str, progress: ProgressSink | None = None) -> PurgeReport:
+        return await self._run("purge", queue, progress=progress)
 
     # -- looking ------------------------------------------------------------------------------
 
@@ -342,6 +364,12 @@ class AsyncQueueClient:
         return await self._run("stats", queue)
 
     async def repair(
-        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+        self,
+        queue: str,
+        repair_timeout: float | None = None,
+        dry_run: bool = False,
+        progress: ProgressSink | None = None,
     ) -> RepairReport:
-        return await self._run("repair", queue, repair_timeout=repair_timeout, dry_run=dry_run)
+        return await self._run(
+            "repair", queue, repair_timeout=repair_timeout, dry_run=dry_run, progress=progress
+        )

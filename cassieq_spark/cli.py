@@ -37,10 +37,18 @@ from .config.flags import (
 )
 from .engine.core.buckets import MAX_BUCKET_SIZE
 from .engine.core.messages import to_bytes
+from .engine.core.progress import start_task
 from .engine.core.queues import DEFAULT_SETTINGS, UPDATABLE_SETTINGS, QueueInfo
 from .errors import ConfigError, one_line
 from .extras import require
 from .observability.exporter import DEFAULT_HOST, DEFAULT_PORT
+from .observability.operator_flags import (
+    add_move_flags,
+    add_operator_flags,
+    check_move_flags,
+    progress_of,
+    set_up_logging,
+)
 from .observability.queue_metrics import DEFAULT_MAX_QUEUES, DEFAULT_REFRESH_SECONDS
 from .service.server import add_serve_flags, serve
 from .validate import (
@@ -151,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"cassieq {__version__}")
     add_connection_flags(p)
     p.add_argument("--debug", action="store_true", help="log verbosely and show tracebacks")
+    add_operator_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     s = sub.add_parser("bootstrap", help="create or migrate the schema (idempotent)")
@@ -336,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--max", type=_integer, default=None, metavar="N", help="at most N (default all)"
         )
         s.add_argument("--visibility-timeout", type=_number, default=300.0, metavar="S")
+        add_move_flags(s)
 
     s = sub.add_parser("purge", help="drop every message written so far (JSON counts)")
     s.add_argument("queue")
@@ -549,6 +559,9 @@ def check_args(args: argparse.Namespace) -> None:
         if not 1 <= args.max_queues <= 100_000:
             raise ConfigError(f"--max-queues must be 1 to 100000, got {args.max_queues}")
         return
+    if args.command in ("redrive", "move"):
+        check_move_flags(args)
+        return
     if args.command == "get":
         if args.max is not None:
             raw = args.max.strip()
@@ -651,6 +664,7 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             args.app_password,
             replication=args.replication,
             tables_only=args.no_create,
+            progress=progress_of(args),
         )
         _dump({"keyspace": client.config.keyspace, "schema_version": version})
     elif cmd == "create-queue":
@@ -669,9 +683,13 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
         client.delete_queue(args.name)
     elif cmd == "put" and args.ndjson:
         entries = read_ndjson(sys.stdin.buffer, client.get_queue(args.queue))
+        task = start_task(progress_of(args), "put", args.queue, len(entries))
         for start in range(0, len(entries), MAX_BATCH):
-            for mid in client.put_batch(args.queue, entries[start : start + MAX_BATCH]):
+            ids = client.put_batch(args.queue, entries[start : start + MAX_BATCH])
+            for mid in ids:
                 print(mid)
+            task.advance(len(ids))
+        task.finish()
     elif cmd == "put":
         payload = sys.stdin.buffer.read() if args.message == "-" else args.message
         print(
@@ -723,11 +741,21 @@ def _run(args: argparse.Namespace, client: QueueClient) -> int:
             _dump(client.stats(args.queue))
     elif cmd in ("redrive", "move"):
         mover = client.redrive if cmd == "redrive" else client.move
-        _dump(mover(args.queue, args.to, args.max, args.visibility_timeout).as_dict())
+        report = mover(
+            args.queue,
+            args.to,
+            args.max,
+            args.visibility_timeout,
+            batch_size=args.batch_size,
+            rate=args.rate,
+            progress=progress_of(args),
+            one_at_a_time=args.one_at_a_time,
+        )
+        _dump(report.as_dict())
     elif cmd == "purge":
-        _dump(client.purge(args.queue).as_dict())
+        _dump(client.purge(args.queue, progress=progress_of(args)).as_dict())
     elif cmd == "repair":
-        _dump(client.repair(args.queue, dry_run=args.dry_run).as_dict())
+        _dump(client.repair(args.queue, dry_run=args.dry_run, progress=progress_of(args)).as_dict())
     return EXIT_OK
 
 
@@ -745,14 +773,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _complete(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    if not args.debug:
-        # The driver logs connection trouble as warnings; our one-line error says it better.
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL + 1)
     try:
+        set_up_logging(args)
         if args.command == "serve":
             require("cassieq serve")
             logging.getLogger("cassieq_spark").setLevel(logging.INFO)

@@ -43,11 +43,14 @@ from .engine.consume.peek import peek as peek_messages
 from .engine.core import queues
 from .engine.core.counters import Counters
 from .engine.core.messages import Message, check_headers, to_bytes
+from .engine.core.progress import ProgressSink, start_task
 from .engine.core.queues import DEFAULT_SETTINGS, QueueInfo
 from .engine.core.stats import stats as queue_stats
 from .engine.store import schema
 from .engine.store.roles import create_app_role
 from .engine.store.session import Connection
+from .engine.upkeep.batch_moves import DEFAULT_BATCH as DEFAULT_MOVE_BATCH
+from .engine.upkeep.batch_moves import move_in_batches, remaining_estimate
 from .engine.upkeep.moves import MoveReport, move_messages
 from .engine.upkeep.purge import PurgeReport
 from .engine.upkeep.purge import purge as purge_queue
@@ -56,6 +59,7 @@ from .engine.write.producer import DEDUP_WINDOW_SECONDS, enqueue, enqueue_dedupl
 from .errors import ClientClosedError, ConfigError, PermissionDeniedError
 from .observability.client_metrics import timed
 from .observability.trace import with_trace_context
+from .observability.tracing import traced
 from .worker import Worker, WorkerReport
 
 log = logging.getLogger(__name__)
@@ -245,6 +249,7 @@ class QueueClient:
         app_password: str | None = None,
         replication: Mapping[str, object] | str | None = None,
         tables_only: bool = False,
+        progress: ProgressSink | None = None,
     ) -> int:
         """Create or migrate the schema. Idempotent. Returns the schema version.
 
@@ -285,16 +290,22 @@ class QueueClient:
                 "(--replication), not both"
             )
         replicas = None if replication is None else validate.replication(replication)
+        task = start_task(progress, "bootstrap", self.config.keyspace, 4, unit="steps")
         try:
             if create_keyspace:
                 schema.create_keyspace(
                     self.conn.session, self.config.keyspace, replication_factor, replicas
                 )
+            task.advance(1)
             version = schema.bootstrap(self.conn.session, self.config.keyspace)
+            task.advance(1)
             # The keyspace may be new: the check made at connect time had nothing to look at.
             check_cluster(self.config, self.conn.cluster.metadata)
+            task.advance(1)
             if app_role is not None and app_password is not None:
                 create_app_role(self.conn.session, self.config.keyspace, app_role, app_password)
+            task.advance(1)
+            task.finish(schema_version=version)
         except Unauthorized as exc:
             who = f"role {self.config.username!r}" if self.config.username else "this client"
             raise PermissionDeniedError(
@@ -450,6 +461,7 @@ class QueueClient:
         )[0]
 
     @timed("put_many")
+    @traced("send")
     def put_many(
         self,
         queue: str,
@@ -494,6 +506,7 @@ class QueueClient:
         return self._write(info, data, [h] * len(data), [d] * len(data), ids)
 
     @timed("put_batch")
+    @traced("send")
     def put_batch(self, queue: str, entries: Iterable[PutEntry]) -> list[int]:
         """Enqueue messages that each have their own headers, delay and deduplication id (a
         :class:`PutEntry` each); returns their ids in order. Every entry is checked before
@@ -544,6 +557,7 @@ class QueueClient:
     # -- consuming ------------------------------------------------------------------------------
 
     @timed("get")
+    @traced("receive")
     def get(self, queue: str, visibility_timeout: float | None = None) -> Message | None:
         """The next visible message, hidden from others for the visibility timeout; None if empty."""
         info = self._queue(queue)
@@ -555,6 +569,7 @@ class QueueClient:
         return self._consumer.get(info, vt)
 
     @timed("get_many")
+    @traced("receive")
     def get_many(
         self,
         queue: str,
@@ -577,6 +592,7 @@ class QueueClient:
         return batch.get_many(self._consumer, info, vt, n, wait)
 
     @timed("ack_many")
+    @traced("ack")
     def ack_many(self, queue: str, pop_receipts: Iterable[str]) -> list[ReceiptResult]:
         """Ack up to 1,000 receipts at once; one :class:`ReceiptResult` per receipt, in order
         (``ok``, ``stale`` or ``invalid``): one bad receipt does not fail the others."""
@@ -602,6 +618,7 @@ class QueueClient:
         return sum(self._consumer.return_unused(info, m) for m in messages)
 
     @timed("ack")
+    @traced("ack")
     def ack(self, queue: str, pop_receipt: str) -> bool:
         """True if this call acked the message; False for a stale or repeated receipt."""
         return self._consumer.ack(self._queue(queue), pop_receipt)
@@ -650,10 +667,18 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move dead letters back to ``to``, each exactly once, keeping their provenance
         headers and counting redrives in ``cassieq-redrive-count``. ``dead_letter_queue`` must
-        be some queue's dead-letter queue (else :meth:`move` is the call)."""
+        be some queue's dead-letter queue (else :meth:`move` is the call). Messages move
+        ``batch_size`` at a time (1 to 1,000), at most ``rate`` per second (None: no limit);
+        ``progress`` receives the counts as they grow; ``one_at_a_time``: the slower path
+        that claims, writes and acks each message on its own (for comparison)."""
         source = self._queue(dead_letter_queue)
         if not any(q.dead_letter_queue == source.name for q in self.list_queues()):
             raise ConfigError(
@@ -661,7 +686,17 @@ class QueueClient:
                 "moves dead letters back; use move (cassieq move) for the messages of another "
                 "queue"
             )
-        return self._move(dead_letter_queue, to, max_messages, visibility_timeout, redrive=True)
+        return self._move(
+            dead_letter_queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=True,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("move")
     def move(
@@ -670,19 +705,45 @@ class QueueClient:
         to: str,
         max_messages: int | None = None,
         visibility_timeout: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        rate: float | None = None,
+        progress: ProgressSink | None = None,
+        one_at_a_time: bool = False,
     ) -> MoveReport:
         """Move visible messages of ``queue`` to ``to``, each exactly once (header
-        ``cassieq-moved-from`` names the source)."""
-        return self._move(queue, to, max_messages, visibility_timeout, redrive=False)
+        ``cassieq-moved-from`` names the source); the options are :meth:`redrive`'s."""
+        return self._move(
+            queue,
+            to,
+            max_messages,
+            visibility_timeout,
+            redrive=False,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            one_at_a_time=one_at_a_time,
+        )
 
     @timed("purge")
-    def purge(self, queue: str) -> PurgeReport:
+    def purge(self, queue: str, progress: ProgressSink | None = None) -> PurgeReport:
         """Drop every message of ``queue`` written so far; producers may keep writing: nothing
-        written after the purge starts is lost (docs/operations.md)."""
-        return purge_queue(self.conn, self._queue(queue))
+        written after the purge starts is lost (docs/operations.md). ``progress``: the ids
+        looked at so far."""
+        return purge_queue(self.conn, self._queue(queue), progress)
 
     def _move(
-        self, source: str, to: str, max_messages: int | None, vt: float, *, redrive: bool
+        self,
+        source: str,
+        to: str,
+        max_messages: int | None,
+        vt: float,
+        *,
+        redrive: bool,
+        batch_size: int,
+        rate: float | None,
+        progress: ProgressSink | None,
+        one_at_a_time: bool,
     ) -> MoveReport:
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
@@ -690,15 +751,36 @@ class QueueClient:
             raise ConfigError(
                 f"max_messages must be a positive integer or None, got {max_messages!r}"
             )
-        return move_messages(
+        src, dst = self._queue(source), self._queue(to)
+        hint = None
+        if progress is not None and max_messages is None:
+            hint = remaining_estimate(self.counters.read(src))
+        if one_at_a_time:
+            return move_messages(
+                self.conn,
+                self.counters,
+                self._consumer,
+                src,
+                dst,
+                max_messages=max_messages,
+                visibility_timeout=visibility_seconds(vt),
+                redrive=redrive,
+                progress=progress,
+                total_hint=hint,
+            )
+        return move_in_batches(
             self.conn,
             self.counters,
             self._consumer,
-            self._queue(source),
-            self._queue(to),
+            src,
+            dst,
             max_messages=max_messages,
             visibility_timeout=visibility_seconds(vt),
             redrive=redrive,
+            batch_size=batch_size,
+            rate=rate,
+            progress=progress,
+            total_hint=hint,
         )
 
     # -- looking ------------------------------------------------------------------------------
@@ -716,7 +798,11 @@ class QueueClient:
 
     @timed("repair")
     def repair(
-        self, queue: str, repair_timeout: float | None = None, dry_run: bool = False
+        self,
+        queue: str,
+        repair_timeout: float | None = None,
+        dry_run: bool = False,
+        progress: ProgressSink | None = None,
     ) -> RepairReport:
         """One repair pass in this process (the Spark job `jobs/repair.py` does the same, spread)."""
         if repair_timeout is not None:
@@ -727,4 +813,5 @@ class QueueClient:
             self._queue(queue),
             repair_timeout=repair_timeout,
             dry_run=dry_run,
+            progress=progress,
         )

@@ -23,12 +23,16 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..engine.store.schema import require_schema
 from ..errors import QueueNotFoundError
+from ..observability.logs import request_context
+from ..observability.tracing import server_span, set_status_code
 from . import admin, dashboard, openapi, v1, v2
 from .responses import ApiError, framework, json_response, not_found_queue
 from .state import Service, unavailable
 
 log = logging.getLogger(__name__)
 access = logging.getLogger("cassieq_spark.service.access")
+
+ACCOUNT_IN_PATH = re.compile(r"/api/v\d+/accounts/([^/]+)")
 
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 32 * 1024
@@ -63,6 +67,12 @@ async def metrics(request: Request) -> Response:
         admin.check_metrics(request, service)
     body = await anyio.to_thread.run_sync(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _account_of(path: str) -> str | None:
+    """The account a request's path names (for its log lines), before routing."""
+    found = ACCOUNT_IN_PATH.match(path)
+    return found.group(1) if found else None
 
 
 def _http_error(request: Request, exc: Exception) -> Response:
@@ -215,7 +225,20 @@ class Guard:
                 if counted:
                     self.in_progress += 1
                 try:
-                    await self.app(scope, receive, send_wrapped)
+                    # The request's span and log fields, current for everything it calls.
+                    with (
+                        server_span(
+                            scope.get("method", ""),
+                            self.template(scope),
+                            scope.get("path", ""),
+                            {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers},
+                        ) as span,
+                        request_context(rid, _account_of(scope.get("path", ""))),
+                    ):
+                        try:
+                            await self.app(scope, receive, send_wrapped)
+                        finally:
+                            set_status_code(span, status)
                 finally:
                     if counted:
                         self.in_progress -= 1
@@ -242,4 +265,5 @@ class Guard:
                 took * 1000,
                 printable(account),
                 rid,
+                extra={"request_id": rid, "account": account},
             )

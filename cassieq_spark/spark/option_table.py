@@ -45,6 +45,7 @@ ROLE_TYPES: dict[str, frozenset[str]] = {
 
 WRITER_TYPES = {"arrow": "arrow", "rows": "rows"}
 REPLAY_MISMATCH = {"fail": "fail", "writeagain": "writeAgain"}
+WRITE_ID_SCOPES = {"batch": "batch", "global": "global"}
 WRITE_ID_MAX = 200
 # A replay of a batch is the first attempt's rows: only a batch that failed at least twice
 # may lose rows to the dead-letter queue, so one crash after the sink wrote never moves it.
@@ -389,13 +390,49 @@ OPTIONS: tuple[Option, ...] = (
         "path", _SINK, TEXT, None, "Spark's own, added to every sink's options", documented=False
     ),
     Option(
+        "queryName",
+        _SINK,
+        TEXT,
+        None,
+        "Spark's own, added to a named query's sink options",
+        documented=False,
+    ),
+    Option(
         "writeId",
         _SINK,
         Custom(f"up to {WRITE_ID_MAX} characters", check=_write_id),
         None,
         "with `df.write` inside `foreachBatch`: a replayed batch writes each row once; keyed "
-        "with the streaming query's id and batch id, so a new checkpoint never meets an old "
-        "one's keys (outside a streaming query: the key itself, make it unique per job)",
+        "with the streaming query's id and batch id (seen on Spark's stream thread, or given "
+        "by `batchId` and `queryCheckpoint`), so a new checkpoint never meets an old one's "
+        "keys; with `writeIdScope=global` the key itself (make it unique per job)",
+    ),
+    Option(
+        "batchId",
+        _SINK,
+        Integer("0 or more", minimum=0),
+        None,
+        "with `writeId` and `queryCheckpoint`, `df.write` only: the micro-batch of the "
+        "`foreachBatch` call (its `batch_id`); needed over Spark Connect and in threads of "
+        "your own, where the sink cannot see the batch",
+    ),
+    Option(
+        "queryCheckpoint",
+        _SINK,
+        Parser("a path"),
+        None,
+        "with `writeId` and `batchId`, `df.write` only: the `checkpointLocation` of the "
+        "streaming query whose `foreachBatch` writes; its query id (in the checkpoint's "
+        "`metadata`) keys the write",
+    ),
+    Option(
+        "writeIdScope",
+        _SINK,
+        Choice("`batch`, `global`", choices=WRITE_ID_SCOPES),
+        "batch",
+        "`batch`: a `writeId` is keyed with its streaming query and batch, refused where "
+        "neither Spark nor `batchId`/`queryCheckpoint` name them; `global`: the `writeId` "
+        "alone is the key (a `df.write` outside any streaming query)",
     ),
     Option(
         "replayMismatch",

@@ -120,6 +120,11 @@ class SinkOptions:
     write_id: str | None = None
     replay_mismatch: str = option("replayMismatch").default  # or "writeagain"
     allow_target_change: bool = False
+    # df.write with a writeId: the streaming query's batch it belongs to, named by the user
+    # (both or neither), and whether the writeId alone is the key ("global")
+    batch_id: int | None = None
+    query_checkpoint: str | None = None
+    write_id_scope: str = option("writeIdScope").default
 
     @property
     def default_queue(self) -> str | None:
@@ -159,15 +164,61 @@ def sink_options(
             "option 'writeId' is for df.write (e.g. inside foreachBatch); a streaming query "
             "already writes each micro-batch once through its checkpoint"
         )
+    write_id = option("writeId").read(o)
+    batch_id = option("batchId").read(o)
+    query_checkpoint = option("queryCheckpoint").read(o)
+    scope = option("writeIdScope").read(o)
+    _check_write_scope(o, streaming, write_id, batch_id, query_checkpoint, scope)
     return SinkOptions(
         common,
         block,
         writer_type,
         option("checkpointLocation").read(o),
-        option("writeId").read(o),
+        write_id,
         mismatch,
         option("allowTargetChange").read(o),
+        batch_id,
+        query_checkpoint,
+        scope,
     )
+
+
+def _check_write_scope(
+    o: Mapping[str, str],
+    streaming: bool | None,
+    write_id: str | None,
+    batch_id: int | None,
+    query_checkpoint: str | None,
+    scope: str,
+) -> None:
+    """``batchId``, ``queryCheckpoint`` and ``writeIdScope`` name the scope of a ``writeId``:
+    they need one, ``batchId`` and ``queryCheckpoint`` go together, and a ``global`` scope
+    takes neither."""
+    named = [n for n in ("batchId", "queryCheckpoint", "writeIdScope") if option(n).given(o)]
+    if not named:
+        return
+    if streaming:
+        raise ConfigError(
+            f"option {named[0]!r} is for df.write inside foreachBatch (with option writeId); "
+            "a streaming query's sink keys its micro-batches itself: drop it"
+        )
+    if write_id is None:
+        raise ConfigError(
+            f"option {named[0]!r} names the scope of option writeId, which is not set; set "
+            "writeId (the same on every retry of this write) or drop it"
+        )
+    if scope == "global" and (batch_id is not None or query_checkpoint is not None):
+        raise ConfigError(
+            "option writeIdScope=global keys the write by writeId alone, but batchId or "
+            "queryCheckpoint names a streaming query's batch; drop one or the other"
+        )
+    if (batch_id is None) != (query_checkpoint is None):
+        missing = "queryCheckpoint" if query_checkpoint is None else "batchId"
+        raise ConfigError(
+            f"option {missing!r} is missing: batchId (foreachBatch's batch_id) and "
+            "queryCheckpoint (the query's checkpointLocation) name the batch of a writeId "
+            "together"
+        )
 
 
 @dataclass(frozen=True)

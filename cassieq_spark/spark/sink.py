@@ -4,8 +4,9 @@ Every row becomes one message. Each Spark task is one keyed write (``engine/writ
 chunks of ``idBlockSize`` rows, one block of ids reserved per chunk under a key, found again by
 a replay): this module only says what the key is and how Spark's parts map onto it. The key is
 (query id, batch id, partition id, chunk index); for ``df.write`` the write id, random or the
-``writeId`` option, instead of query and batch (a ``writeId`` inside ``foreachBatch`` keeps the
-query id and batch id beside it: ``_write_key``). Spark replays a micro-batch with the same
+``writeId`` option, instead of query and batch (a ``writeId`` is keyed with its streaming
+query's id and batch id, which Spark's stream thread or the options ``batchId`` and
+``queryCheckpoint`` give; without either it is refused: ``write_key``). Spark replays a micro-batch with the same
 batch id after a crash and retries failed tasks, so a replay or a retry asks for the same keys
 and writes each row once; a replay with other rows fails with ``ReplayMismatchError`` unless
 ``replayMismatch=writeAgain``. The task pulls its input: ``sink_input.py`` checks Spark's
@@ -62,7 +63,7 @@ from ..engine.write.routed_write import QueueResolver, RoutedReport, RoutedWrite
 from ..errors import CassieQError, ConfigError
 from .options import SinkOptions, resolve_queue, sink_options
 from .sink_input import InputCheck, InputLayout, arrow_slices, check_input_schema, row_slices
-from .sink_target import Target, check_target
+from .sink_target import Target, check_query_target, check_target, query_id_of
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class SinkPlan:
     layout: InputLayout
     streaming: bool
     write_id: str  # batch writes: one id per df.write, shared by retried tasks
+    # a writeId's streaming query and batch named by options batchId and queryCheckpoint:
+    # "{query id}:{batch id}" (None: not named)
+    batch_scope: str | None = None
 
 
 def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> SinkPlan:
@@ -106,7 +110,10 @@ def plan_sink(options, schema: StructType, overwrite: bool, streaming: bool) -> 
     if streaming:
         target = Target.of(conn, queue)
         check_target(opts.checkpoint_location, target, opts.allow_target_change)
-    return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex)
+    scope = None
+    if opts.batch_id is not None and opts.query_checkpoint is not None:
+        scope = f"{query_id_of(opts.query_checkpoint)}:{opts.batch_id}"
+    return SinkPlan(opts, queue, layout, streaming, opts.write_id or uuid.uuid4().hex, scope)
 
 
 # -- the task side ----------------------------------------------------------------------------
@@ -134,27 +141,68 @@ def _task_key(plan: SinkPlan, partition: int | None) -> tuple[int, str, str]:
                 "the cassieq stream writer cannot see the micro-batch id or query id; "
                 "it only runs inside a streaming query"
             )
+        if query_from_spark := ctx.getLocalProperty("sql.streaming.queryId") if ctx else None:
+            conn = shared_connection(plan.options.common.connection)
+            check_query_target(
+                conn,
+                query_from_spark,
+                Target.of(conn, plan.queue),
+                plan.options.allow_target_change,
+            )
         key_prefix = f"s:{query}:{batch_id}:{partition}"
         what = f"micro-batch {batch_id} of query {query}"
     else:
-        key_prefix = f"{_write_key(plan, ctx)}:{partition}"
+        key_prefix = f"{write_key(plan, ctx)}:{partition}"
         what = f"batch write {plan.write_id}"
     return partition, key_prefix, what
 
 
-def _write_key(plan: SinkPlan, ctx) -> str:
-    """The key of a ``df.write``: its write id, random or option ``writeId``. A ``writeId``
-    inside a streaming query's batch (``foreachBatch``) is keyed with the query's id and the
-    batch id too, as Spark sets them on the batch's jobs: a replay of the batch finds the same
-    key, while a query started on a new checkpoint (a new query id, batch ids from 0 again)
-    never meets the keys of an old checkpoint's batches, which live for two weeks."""
-    if plan.options.write_id is None or ctx is None:
+def write_key(plan: SinkPlan, ctx) -> str:
+    """The key of a ``df.write``: its write id, random or option ``writeId``.
+
+    A ``writeId`` is keyed with its streaming query's id and batch id (``writeIdScope=batch``,
+    the default): a replay of the batch finds the same key, while a query started on a new
+    checkpoint (a new query id, batch ids from 0 again) never meets the keys of an old
+    checkpoint's batches, which live for two weeks. Spark sets both ids on the jobs of its
+    stream thread only; over Spark Connect (every action of ``foreachBatch`` is a request of
+    its own) and in a thread the user starts, the options ``batchId`` and ``queryCheckpoint``
+    must name them. Where neither does, the write is refused: the bare ``writeId`` would meet
+    the keys of every other batch with the same ``writeId``, and rows equal to an earlier
+    batch's would be skipped as written. ``writeIdScope=global`` makes the ``writeId`` alone
+    the key (a write outside any streaming query)."""
+    opts = plan.options
+    if opts.write_id is None:
         return f"w:{plan.write_id}"
-    query = ctx.getLocalProperty("sql.streaming.queryId")
-    batch_id = ctx.getLocalProperty("streaming.sql.batchId")
-    if not query or batch_id is None:
-        return f"w:{plan.write_id}"
-    return f"w:{query}:{batch_id}:{plan.write_id}"
+    if opts.write_id_scope == "global":
+        return f"w:{opts.write_id}"
+    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    seen = f"{query}:{batch_id}" if query and batch_id is not None else None
+    if plan.batch_scope is not None:
+        if seen is not None and seen != plan.batch_scope:
+            raise ConfigError(
+                f"options batchId and queryCheckpoint name the batch {plan.batch_scope} (query "
+                f"id:batch id), but Spark runs this write for the batch {seen}; pass "
+                "foreachBatch's batch_id as batchId and the query's own checkpointLocation as "
+                "queryCheckpoint"
+            )
+        return f"w:{plan.batch_scope}:{opts.write_id}"
+    if seen is not None:
+        return f"w:{seen}:{opts.write_id}"
+    raise ConfigError(WRITE_SCOPE_MISSING.format(write_id=opts.write_id))
+
+
+# Why a writeId cannot be keyed by its batch here, and what to do.
+WRITE_SCOPE_MISSING = (
+    "option writeId={write_id!r}: this write does not run on a streaming query's own thread "
+    "(it runs over Spark Connect, or in a thread started inside foreachBatch, or outside any "
+    "streaming query), so the sink cannot see which query and batch it belongs to, and the "
+    "writeId alone would meet the keys of every other batch written with it (rows equal to an "
+    "earlier batch's would be skipped as already written). Inside foreachBatch(func) pass "
+    "option batchId=<func's batch_id> and option queryCheckpoint=<the query's "
+    "checkpointLocation>; for a write outside any streaming query set option "
+    "writeIdScope=global (the writeId must then be unique per job run)"
+)
 
 
 def _keyed(plan: SinkPlan, queue: QueueInfo, key: tuple[int, str, str]) -> dict:
@@ -201,7 +249,15 @@ class RoutedTask(RoutedWrite):
             compare=common.queue_settings_given,
             known=[plan.queue] if plan.queue else [],
         )
-        super().__init__(resolver, lambda q: KeyedWrite(**_keyed(plan, q, key)), partition=key[0])
+        super().__init__(
+            resolver,
+            lambda q: KeyedWrite(**_keyed(plan, q, key)),
+            partition=key[0],
+            key_prefix=key[1],
+            what=key[2],
+            rewrite_mismatch=plan.options.replay_mismatch == "writeagain",
+            mismatch_hint=REPLAY_MISMATCH_HINT,
+        )
         self.plan = plan
         self.input = InputCheck(plan.layout, plan.queue, resolver.resolve, self.partition)
 

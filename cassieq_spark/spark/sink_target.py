@@ -24,6 +24,7 @@ Where the record is read and written, in this order:
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
@@ -33,16 +34,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from xml.etree import ElementTree
 
+from ..engine.core import queues
 from ..engine.core.queues import QueueInfo
 from ..engine.store.session import Connection
+from ..engine.write import records
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "cassieq-sink-target.json"
+METADATA_FILE = "metadata"  # Spark's own file in a checkpoint: {"id": query id}
 
 _checked: dict[str, Target] = {}  # checkpoint -> target already checked by this process
+# (keyspace, query id) -> the target record this process checked or wrote
+_checked_queries: dict[tuple[str, str], tuple[int, int]] = {}
 
 
 def forget_checked() -> None:
@@ -80,10 +87,14 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
         return
     store, why = _Store.open(checkpoint)
     if store is None:
-        scheme = urlparse(checkpoint).scheme
+        where = qualified(checkpoint)
+        scheme = urlparse(where).scheme
+        shown = checkpoint
+        if where != checkpoint:  # a path without a scheme, on a default file system elsewhere
+            shown = f"{checkpoint} ({where}: Spark's default file system, fs.defaultFS)"
         if not allow_change:
             raise ConfigError(
-                f"the cassieq sink cannot open the checkpoint {checkpoint} (scheme {scheme!r}: "
+                f"the cassieq sink cannot open the checkpoint {shown} (scheme {scheme!r}: "
                 f"{why}) from the Python process that plans it, so it cannot check that a "
                 "restarted query writes to the queue its replayed batch went to. Put the "
                 "checkpoint on a file system Python opens (a local path, file:, hdfs://, s3://, "
@@ -94,7 +105,7 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
         log.warning(
             "checkpoint %s (scheme %r): cannot open it from Python (%s); the cassieq sink runs "
             "without checking its target (allowTargetChange=true)",
-            checkpoint,
+            shown,
             scheme,
             why,
         )
@@ -121,6 +132,121 @@ def check_target(checkpoint: str | None, target: Target, allow_change: bool) -> 
     _checked[checkpoint] = target
 
 
+def query_id_of(checkpoint: str) -> str:
+    """The id of the streaming query whose checkpoint is ``checkpoint``: Spark writes it to
+    the checkpoint's ``metadata`` file when the query first starts, and keeps it for every
+    restart from that checkpoint (a new checkpoint, even at the same path once deleted, gets a
+    new one)."""
+    store, why = _Store.open(checkpoint, METADATA_FILE)
+    if store is None:
+        raise ConfigError(
+            f"option queryCheckpoint: the cassieq sink cannot open the checkpoint {checkpoint} "
+            f"({why}) from the Python process that plans it, so it cannot read the query's id. "
+            "Put the checkpoint on a file system Python opens (a local path, file:, hdfs://, "
+            "s3://, gs://)"
+        )
+    data = store.raw()
+    try:
+        query = json.loads(data)["id"] if data is not None else None
+    except (ValueError, TypeError, KeyError):
+        query = None
+    if not isinstance(query, str) or not query:
+        raise ConfigError(
+            f"option queryCheckpoint: {checkpoint} holds no streaming query's metadata "
+            f"({METADATA_FILE} with its id); pass the checkpointLocation of the query whose "
+            "foreachBatch runs this write, as given to writeStream"
+        )
+    return query
+
+
+def default_fs() -> str:
+    """The file system a path without a scheme is on, as Spark resolves it: ``fs.defaultFS``
+    of the Hadoop configuration (``spark.hadoop.fs.defaultFS`` in ``spark-defaults.conf``,
+    else ``core-site.xml`` in ``HADOOP_CONF_DIR`` or ``SPARK_CONF_DIR``), ``file:///`` when
+    none sets it. The Python process that plans the sink has no Spark JVM to ask, but it
+    inherits the environment Spark found its configuration through."""
+    conf_dirs = [os.environ.get(v) for v in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR")]
+    if os.environ.get("SPARK_HOME"):
+        conf_dirs.append(os.path.join(os.environ["SPARK_HOME"], "conf"))
+    for d in filter(None, conf_dirs):
+        defaults = Path(d) / "spark-defaults.conf"
+        if defaults.is_file():
+            for line in defaults.read_text(errors="replace").splitlines():
+                parts = line.strip().split(None, 1)
+                if len(parts) == 2 and parts[0] == "spark.hadoop.fs.defaultFS":
+                    return parts[1].strip()
+    for d in filter(None, conf_dirs):
+        site = Path(d) / "core-site.xml"
+        if site.is_file():
+            try:
+                root = ElementTree.parse(site).getroot()
+            except ElementTree.ParseError:
+                continue
+            for prop in root.iter("property"):
+                if (prop.findtext("name") or "").strip() in ("fs.defaultFS", "fs.default.name"):
+                    return (prop.findtext("value") or "").strip() or "file:///"
+    return "file:///"
+
+
+def qualified(checkpoint: str) -> str:
+    """``checkpoint`` with the scheme Spark puts it on: a path without one is on the default
+    file system (:func:`default_fs`), a relative one under that file system's working
+    directory (``/user/<name>`` on HDFS, as Hadoop's)."""
+    if urlparse(checkpoint).scheme:
+        return checkpoint
+    fs = default_fs()
+    url = urlparse(fs)
+    if url.scheme in ("", "file"):
+        return checkpoint
+    path = checkpoint
+    if not path.startswith("/"):
+        home = f"/user/{getpass.getuser()}" if url.scheme in ("hdfs", "viewfs") else ""
+        path = f"{home}/{path}"
+    return f"{url.scheme}://{url.netloc}{path}"
+
+
+def check_query_target(conn: Connection, query_id: str, target: Target, allow_change: bool) -> None:
+    """The target check keyed by the streaming query's id (which every task of the query sees,
+    whatever file system or setting its checkpoint comes from), in the target's keyspace: the
+    first task of a query records its queue (its incarnation; a routed sink: none), a task of
+    a restart pointed at another queue fails before it writes a row."""
+    want = records.uuid_halves(uuid.UUID(target.queue_id)) if target.queue_id else (0, 0)
+    key = f"target:{query_id}"
+    cache = (conn.keyspace, query_id)
+    if _checked_queries.get(cache) == want:
+        return
+    got = records.read(conn, records.TARGETS, key)
+    if got is None:
+        got = records.first(conn, records.TARGETS, key, *want)
+    if got != want:
+        before = "the queues its rows name" if got == (0, 0) else _queue_named(conn, got)
+        if not allow_change:
+            raise ConfigError(
+                f"streaming query {query_id} wrote with its cassieq sink to {before} in keyspace "
+                f"{conn.keyspace!r}; now it writes to {target.describe()}. Its last micro-batch "
+                "may be replayed, and would then be enqueued in both. Restart it with the first "
+                "target, or use a new checkpointLocation for the new one, or set option "
+                "allowTargetChange=true (the replayed batch may then be in both queues)"
+            )
+        log.warning(
+            "streaming query %s: the sink moves from %s to %s (allowTargetChange=true)",
+            query_id,
+            before,
+            target.describe(),
+        )
+    # Written again by every new process: the record lives as long as the replay keys do.
+    records.put(conn, records.TARGETS, key, *want)
+    _checked_queries[cache] = want
+
+
+def _queue_named(conn: Connection, halves: tuple[int, int]) -> str:
+    queue_id = records.uuid_of(halves)
+    for q in queues.list_queues(conn):
+        if q.queue_id == queue_id:
+            return f"queue {q.name!r} (incarnation {queue_id})"
+    return f"a queue since deleted (incarnation {queue_id})"
+
+
 def spark_jvm() -> Any:
     """The JVM of this process's active SparkContext (classic mode), or None: no PySpark, no
     active context (a Python worker, where Spark plans Python data sources), Spark Connect."""
@@ -140,24 +266,25 @@ class _Store:
         self._write = write_bytes
 
     @classmethod
-    def open(cls, checkpoint: str) -> tuple[_Store | None, str]:
-        """A store for the record under ``checkpoint``, or None and why not."""
+    def open(cls, checkpoint: str, name: str = FILE_NAME) -> tuple[_Store | None, str]:
+        """A store for the file ``name`` under ``checkpoint``, or None and why not."""
         jvm = spark_jvm()
         if jvm is not None:
             try:
-                return cls.hadoop(jvm, checkpoint), ""
+                return cls.hadoop(jvm, checkpoint, name), ""
             except Exception as exc:  # py4j's error of a scheme Spark cannot open either
                 return None, f"Spark's file systems: {str(exc).strip().splitlines()[0]}"
+        checkpoint = qualified(checkpoint)
         url = urlparse(checkpoint)
         if url.scheme in ("", "file"):
-            return cls.local(Path(url.path if url.scheme else checkpoint) / FILE_NAME), ""
+            return cls.local(Path(url.path if url.scheme else checkpoint) / name), ""
         try:
             import pyarrow.fs as pafs
 
             fs, root = pafs.FileSystem.from_uri(checkpoint)
         except Exception as exc:
             return None, f"pyarrow: {exc}"
-        path = f"{root.rstrip('/')}/{FILE_NAME}"
+        path = f"{root.rstrip('/')}/{name}"
 
         def read_bytes() -> bytes | None:
             try:
@@ -176,7 +303,7 @@ class _Store:
         return cls(read_bytes, write_bytes), ""
 
     @classmethod
-    def hadoop(cls, jvm: Any, checkpoint: str) -> _Store:
+    def hadoop(cls, jvm: Any, checkpoint: str, name: str = FILE_NAME) -> _Store:
         """Through the JVM's Hadoop ``FileContext`` with the active session's Hadoop
         configuration: the file system (and credentials) Spark writes the checkpoint with.
         The record is written to a temporary file, then renamed over the old one."""
@@ -189,7 +316,7 @@ class _Store:
         conf = sc._jsc.hadoopConfiguration()
         hfs = jvm.org.apache.hadoop.fs
         root = hfs.Path(checkpoint)
-        path = hfs.Path(root, FILE_NAME)
+        path = hfs.Path(root, name)
         fc = hfs.FileContext.getFileContext(root.toUri(), conf)
 
         def read_bytes() -> bytes | None:
@@ -202,7 +329,7 @@ class _Store:
                 stream.close()
 
         def write_bytes(data: bytes) -> None:
-            tmp = hfs.Path(root, f".{FILE_NAME}.{uuid.uuid4().hex}.tmp")
+            tmp = hfs.Path(root, f".{name}.{uuid.uuid4().hex}.tmp")
             flags = jvm.java.util.EnumSet.of(jvm.org.apache.hadoop.fs.CreateFlag.CREATE)
             no_opts = gateway.new_array(jvm.org.apache.hadoop.fs.Options.CreateOpts, 0)
             fc.mkdir(root, hfs.permission.FsPermission.getDirDefault(), True)
@@ -233,6 +360,9 @@ class _Store:
             os.replace(tmp, path)  # never a half-written file, whatever happens
 
         return cls(read_bytes, write_bytes)
+
+    def raw(self) -> bytes | None:
+        return self._read()
 
     def read(self) -> Target | None:
         data = self._read()

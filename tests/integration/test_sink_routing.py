@@ -122,7 +122,12 @@ def test_retried_routed_task_writes_each_queue_once(
         queue_client.create_queue(q, bucket_size=100)
     schema = "value string, queue string"
     plan = plan_sink(
-        {**cassieq_options, "idBlockSize": "32", "writeId": "routed-retry"},
+        {
+            **cassieq_options,
+            "idBlockSize": "32",
+            "writeId": f"routed-retry-{queue_name}",  # a global writeId: keyspace-wide
+            "writeIdScope": "global",
+        },
         sspark.createDataFrame([], schema).schema,
         overwrite=False,
         streaming=False,

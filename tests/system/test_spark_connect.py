@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support.queues import connection_flags
+from support.queues import connection_flags, drain
 from support.repair import TIMEOUT, assert_each_once, late_writes
 
 from cassieq_dev.local_connect import LocalConnect
@@ -162,3 +162,35 @@ def test_two_repairs_over_connect_republish_each_late_write_once(
     assert_each_once(queue_client, queue, payloads)
     assert queue_client.stats(name)["republished"] == len(payloads)
     queue_client.delete_queue(name)
+
+
+def test_a_write_id_over_connect_writes_equal_rows_of_consecutive_batches(
+    connect_server, cassieq_options, queue_client, tmp_path
+):
+    """foreachBatch over Connect, ``df.write`` with a constant ``writeId``, two batches of equal
+    rows in a row: with the batch named (options batchId, queryCheckpoint) every batch's rows
+    are written; with the writeId alone the write is refused (over Connect the sink cannot see
+    the batch), and the failed batch is not acked."""
+    names = {case: [f"t_{uuid.uuid4().hex[:12]}" for _ in range(2)] for case in ("scoped", "bare")}
+    for src, dst in names.values():
+        queue_client.create_queue(src)
+        queue_client.create_queue(dst)
+        queue_client.put_many(src, ["same-a", "same-b"] * 3)
+    options = {**cassieq_options, "queues": names}
+    report = _run_client(
+        JOBS / "foreach_batch_write.py", connect_server.url, str(tmp_path), json.dumps(options)
+    )
+
+    src, dst = names["scoped"]
+    assert report["scoped"] is None, report["scoped"]
+    assert drain(queue_client, dst) == Counter({"same-a": 3, "same-b": 3})
+    assert queue_client.stats(src)["backlog"] == 0
+
+    src, dst = names["bare"]
+    assert report["bare"] is not None and "batchId" in report["bare"], report["bare"]
+    assert "queryCheckpoint" in report["bare"], report["bare"]
+    assert drain(queue_client, dst) == Counter()
+    assert queue_client.stats(src)["backlog"] == 6, "the refused batch is not acked"
+    for pair in names.values():
+        for name in pair:
+            queue_client.delete_queue(name)

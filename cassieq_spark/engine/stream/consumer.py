@@ -43,6 +43,7 @@ from ..core.queues import QueueInfo
 from ..store.session import Connection
 from ..upkeep import lost
 from ..upkeep.ranges import record_skipped
+from ..write import records
 from .ack import BatchAck
 from .lease import ClusterClock, Lease
 from .read import skipped_overlapping, timer_scan_start
@@ -124,6 +125,7 @@ class StreamConsumer:
         self._planned: tuple[Position, Position, list[int]] | None = None
         self._scan_from: dict[tuple[int, int], int] = {}  # (end id, ts) -> first timer slot
         self._warned_future = False
+        self._initial: Position | None = None  # this run's start of a new stream (batch 0)
 
     def current_incarnation(self) -> uuid.UUID | None:
         """The queue's incarnation now; None once it was deleted."""
@@ -199,7 +201,23 @@ class StreamConsumer:
                 p.reader,
                 first - 1,
             )
-        return Position(first, first, max(-1, p.timer_slot * 1000 - 1))
+        self._initial = Position(first, first, max(-1, p.timer_slot * 1000 - 1))
+        return self._initial
+
+    def _since_key(self, end: Position) -> str:
+        return f"stream-since:{end.from_id}:{end.id}:{end.ts}"
+
+    def _timer_since(self, start: Position, end: Position) -> int:
+        """Where the timer path of the batch ``(start, end]`` starts: ``start.ts``, except for
+        a batch 0 replayed by a later run. Spark hands that one the replaying run's initial
+        position, whose time is the invisibility pointer of now, which client gets move while
+        no run holds the lease; starting there would drop rows a client received meanwhile
+        from the replay. The run that planned batch 0 recorded its start's time under the
+        batch's end (:meth:`plan`): the replay starts there."""
+        if self._initial is None or start != self._initial:
+            return start.ts
+        recorded = records.read(self.conn, self.queue.queue_id, self._since_key(end))
+        return start.ts if recorded is None else min(start.ts, recorded[0])
 
     def fix_target(self) -> Position:
         """Make this run end at everything reserved by now, including blocks still being
@@ -245,6 +263,9 @@ class StreamConsumer:
             waited_since = waited_since or time.monotonic()
             time.sleep(TARGET_POLL_SECONDS)
         end = Position(from_id, end_id, end_ts)
+        if start == self._initial and end.ts > start.ts:
+            # batch 0: its start's time is not kept by Spark (see _timer_since)
+            records.put(self.conn, self.queue.queue_id, self._since_key(end), start.ts, 0)
         self._planned = (start, end, due)
         return Plan(end, latest, len(due))
 
@@ -316,22 +337,23 @@ class StreamConsumer:
         if end == start:
             return None
         lo = end.from_id
-        if end.id <= lo and end.ts <= start.ts:
+        replay = self._planned is None or self._planned[:2] != (start, end)
+        since = self._timer_since(start, end) if replay else start.ts
+        if end.id <= lo and end.ts <= since:
             return None
         self.lease.ensure()
-        replay = self._planned is None or self._planned[:2] != (start, end)
         excluded = self.excluded(lo, end.id) if end.id > lo else []
         ids: list[int] = []
         timer_excluded: list[tuple[int, int]] = []
-        if end.ts > start.ts:
+        if end.ts > since:
             if self._planned is not None and not replay:
                 ids = self._planned[2]
             else:  # a replay on a new run, or the batch was planned elsewhere
-                ids = self.timers.due_ids(lo, start.ts, end.ts, replay=True)
+                ids = self.timers.due_ids(lo, since, end.ts, replay=True)
             # The ack of this batch scans the timer slots its timer path looked at.
             self._scan_from = {
                 **dict(list(self._scan_from.items())[-3:]),
-                (end.id, end.ts): timer_scan_start(start.ts),
+                (end.id, end.ts): timer_scan_start(since),
             }
             if ids:
                 timer_excluded = self.excluded(ids[0], ids[-1] + 1)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
 from ..core.counters import Counters
+from ..core.progress import ProgressSink, start_task
 from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
@@ -60,6 +61,18 @@ def _redrive_count(headers: dict[str, str]) -> str:
         return "1"
 
 
+def moved_headers(headers: dict[str, str], source: QueueInfo, redrive: bool) -> dict[str, str]:
+    """A moved message's headers, from its source headers alone (so a repeated write of the
+    same message computes the same ones): a redrive keeps the dead-letter provenance and
+    counts redrives, a plain move records the queue the message came from."""
+    out = dict(headers)
+    if redrive:
+        out[HEADER_REDRIVE_COUNT] = _redrive_count(out)
+    else:
+        out[HEADER_MOVED_FROM] = source.name
+    return out
+
+
 def move_messages(
     conn: Connection,
     counters: Counters,
@@ -70,22 +83,29 @@ def move_messages(
     max_messages: int | None,
     visibility_timeout: float,
     redrive: bool,
+    progress: ProgressSink | None = None,
+    total_hint: int | None = None,
 ) -> MoveReport:
     """Move up to ``max_messages`` (all visible ones if None) from ``source`` to
-    ``destination``. ``redrive`` keeps the dead-letter provenance headers and counts redrives;
+    ``destination`` one message at a time (``batch_moves.move_in_batches`` is the fast path;
+    this one stays for comparison and as the simplest form of the protocol). ``redrive`` keeps the dead-letter provenance headers and counts redrives;
     a plain move records the queue the message came from."""
+    from . import batch_moves  # the batch path imports this module
+
     if source.queue_id == destination.queue_id:
         raise ConfigError(f"cannot move queue {source.name!r} onto itself: choose another --to")
     report = MoveReport(source.name, destination.name)
+    task = start_task(
+        progress,
+        "redrive" if redrive else "move",
+        f"{source.name} -> {destination.name}",
+        max_messages if max_messages is not None else total_hint,
+    )
     while max_messages is None or report.moved + report.taken_over < max_messages:
         message = consumer.get(source, visibility_timeout)
         if message is None:
             break
-        headers = dict(message.headers)
-        if redrive:
-            headers[HEADER_REDRIVE_COUNT] = _redrive_count(headers)
-        else:
-            headers[HEADER_MOVED_FROM] = source.name
+        headers = moved_headers(dict(message.headers), source, redrive)
         if len(message.payload) > destination.max_payload_bytes:
             # Given back as it was: a refused move never counts as a delivery, so retrying it
             # never dead-letters or drops the message.
@@ -100,21 +120,28 @@ def move_messages(
                 f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
                 f"({report.moved} moved before it)"
             )
-        enqueue(
-            conn,
-            counters,
-            destination,
-            [message.payload],
-            [headers],
-            key=move_key(source, message.id),
-        )
+        # A redelivery may be of a message a batch mover planned: its batch is the one copy.
+        if message.delivery_count <= 1 or not batch_moves.replay_marked(
+            conn, counters, source, destination, message.id, redrive
+        ):
+            enqueue(
+                conn,
+                counters,
+                destination,
+                [message.payload],
+                [headers],
+                key=move_key(source, message.id),
+            )
         faults.point("move.written", source=source, message=message)
         if consumer.ack(source, message.pop_receipt):
             report.moved += 1
+            task.advance(1, moved=1)
         else:
             report.taken_over += 1
+            task.advance(1, taken_over=1)
+    task.finish(moved=report.moved, taken_over=report.taken_over)
     log.info(
-        "%s %s -> %s: %d moved, %d taken over by another mover",
+        "%s %s -> %s one at a time: %d moved, %d taken over by another mover",
         "redrive" if redrive else "move",
         source.name,
         destination.name,
@@ -124,4 +151,11 @@ def move_messages(
     return report
 
 
-__all__ = ["HEADER_MOVED_FROM", "HEADER_ORIGIN_QUEUE", "HEADER_REDRIVE_COUNT", "MoveReport"]
+__all__ = [
+    "HEADER_MOVED_FROM",
+    "HEADER_ORIGIN_QUEUE",
+    "HEADER_REDRIVE_COUNT",
+    "MoveReport",
+    "move_messages",
+    "moved_headers",
+]

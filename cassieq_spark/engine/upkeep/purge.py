@@ -32,6 +32,7 @@ from ..core import clock, monoton, pointers
 from ..core.buckets import bucket_of
 from ..core.counters import Counters
 from ..core.messages import is_done, is_expired, read_range, remaining_ttl
+from ..core.progress import ProgressSink, start_task
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 from ..stream.lease import stream_busy
@@ -42,6 +43,7 @@ from .ranges import record_skipped, skipped_ranges
 log = logging.getLogger(__name__)
 
 _COLUMNS = "id, enqueued_at, version, visible_at, acked, dead"
+PROGRESS_EVERY = 1000  # ids between two progress reports
 
 __all__ = ["PurgeReport", "purge"]
 
@@ -66,9 +68,10 @@ class PurgeReport:
         }
 
 
-def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
+def purge(conn: Connection, queue: QueueInfo, progress: ProgressSink | None = None) -> PurgeReport:
     """Drop every message of ``queue`` below the horizon (see the module's docstring). Raises
-    QueueBusyError while a streaming query consumes the queue."""
+    QueueBusyError while a streaming query consumes the queue. ``progress``: the ids looked at
+    so far, of those from the repair pointer to the purge line."""
     ptrs = pointers.read(conn, queue)
     busy = stream_busy(queue, ptrs, clock.now())
     if busy is not None:
@@ -88,7 +91,12 @@ def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
     named: list[int] = []  # the first purged ids, for the lost range
     to_mark: list[tuple[int, int]] = []  # (id, what is left of its TTL)
     now = clock.now()
+    task = start_task(progress, "purge", queue.name, max(0, line - first), unit="ids")
+    at = first
     for row in read_range(conn, queue, first, line, _COLUMNS):
+        if row.id - at >= PROGRESS_EVERY:
+            task.advance(row.id - at, purged=0)
+            at = row.id
         if inside(row.id, repaired):
             continue
         repairs = inside(row.id, excluded)  # repair republishes what is not acked or dead
@@ -102,7 +110,9 @@ def purge(conn: Connection, queue: QueueInfo) -> PurgeReport:
         # Rows the pointer move does not finish: delayed, delivered, or repair's.
         if repairs or not (row.version is None and row.visible_at is None):
             to_mark.append((row.id, remaining_ttl(row, queue, now)))
+    task.advance(max(0, line - at))
     _mark_acked(conn, queue, to_mark)
+    task.finish(purged=purged)
     Counters(conn).add(queue, "dropped", purged)
     if purged:
         lost.record(conn, queue, named[0], line, named, lost.CAUSE_PURGED, count=purged)

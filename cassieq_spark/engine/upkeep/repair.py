@@ -38,6 +38,7 @@ from ..core.messages import (
     is_expired,
     read_range,
 )
+from ..core.progress import ProgressSink, start_task
 from ..core.queues import QueueInfo
 from ..store.session import Connection
 from ..write.republish import MAX_REPUBLISH_HOPS, republish
@@ -208,8 +209,10 @@ def repair_queue(
     dry_run: bool = False,
     max_buckets: int | None = None,
     now: float | None = None,
+    progress: ProgressSink | None = None,
 ) -> RepairReport:
-    """One repair pass over one queue, in this process (the Spark job spreads the same steps)."""
+    """One repair pass over one queue, in this process (the Spark job spreads the same steps).
+    ``progress``: two tasks, the due skipped ranges repaired, then the buckets checked."""
     started = time.monotonic()
     now = clock.now() if now is None else now
     timeout = queue.repair_timeout if repair_timeout is None else repair_timeout
@@ -218,6 +221,7 @@ def repair_queue(
     ptrs = pointers.read(conn, queue)
     ranges = skipped_ranges(conn, queue)
     due = due_ranges(ranges, timeout, now)
+    ranges_task = start_task(progress, "repair ranges", queue.name, len(due), unit="ranges")
     for rng in due:
         republished, lost = repair_range(
             conn, counters, queue, rng, dry_run, repair_timeout=timeout
@@ -226,13 +230,19 @@ def repair_queue(
         report.lost_ids += lost
         report.lost_reservations += 1 if lost else 0
         report.ranges_repaired += 1
+        ranges_task.advance(1, republished=republished, lost_ids=lost)
+    ranges_task.finish()
     ranges = assume_repaired(ranges, due) if dry_run else skipped_ranges(conn, queue)
     report.pending_ranges = sum(1 for r in ranges if not r.done)
     checks: dict[int, bool] = {}
-    for bucket in buckets_to_check(queue, ptrs, max_buckets):
+    to_check = buckets_to_check(queue, ptrs, max_buckets)
+    buckets_task = start_task(progress, "repair buckets", queue.name, len(to_check), "buckets")
+    for bucket in to_check:
         checks[bucket] = bucket_finished(conn, queue, bucket, ptrs.reader, ranges, dry_run=dry_run)
+        buckets_task.advance(1)
         if not checks[bucket]:
             break  # in this process, stop at the first bucket that holds the pointer back
     finish_pass(conn, queue, ptrs, checks, report)
+    buckets_task.finish(reclaimed=report.buckets_reclaimed)
     report.seconds = round(time.monotonic() - started, 3)
     return report

@@ -7,6 +7,15 @@ destination's blocks under the same keys, and a row routed to the default queue 
 exactly as an unrouted write would key it. Each destination gets the rows routed to it in
 input order, so a replay with the same input cuts the same chunks per queue.
 
+A replay that routes rows to other queues than its first attempt did would go unnoticed by
+the keys alone: a queue only the replay writes has free keys (its rows are written again), a
+queue only the first attempt wrote is never looked at. So, before it closes any block, the
+write records which queues it writes (their incarnations; ``records.first`` under the key
+prefix, kept as long as the keys) and a replay that writes another set fails with
+``ReplayMismatchError`` (or, with ``rewrite_mismatch``, records its own set and goes on). A
+first attempt that died before this record leaves its open blocks to repair in any queue the
+replay no longer names.
+
 Destinations are resolved (looked up, or created with ``create``) for every distinct name of a
 slice before any row of that slice is buffered: a slice naming an unknown queue fails before
 its rows reach any queue. Earlier slices may already have flushed full chunks; those belong to
@@ -15,14 +24,17 @@ blocks this attempt reserved, and the failure rolls them back (``KeyedWrite.roll
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ...errors import QueueNotFoundError
+from ...errors import QueueNotFoundError, ReplayMismatchError
 from ..core import queues
 from ..core.queues import QueueInfo
 from ..store.session import Connection
+from . import records
 from .keyed_write import KeyedWrite, Slice, WriteReport, pull_slices
 
 log = logging.getLogger(__name__)
@@ -92,10 +104,19 @@ class RoutedWrite:
         make: Callable[[QueueInfo], KeyedWrite],
         *,
         partition: int = 0,
+        key_prefix: str | None = None,
+        what: str = "routed write",
+        rewrite_mismatch: bool = False,
+        mismatch_hint: str = "",
     ):
         self.resolver = resolver
         self.make = make
         self.partition = partition
+        # the destination record's key (None: no record, a write no replay looks for)
+        self.key_prefix = key_prefix
+        self.what = what
+        self.rewrite_mismatch = rewrite_mismatch
+        self.mismatch_hint = mismatch_hint
         self.position = 0  # rows seen so far, over all destinations
         self.writes: dict[str, KeyedWrite] = {}
 
@@ -138,7 +159,36 @@ class RoutedWrite:
             )
         self.add(rows.dests, rows.payloads, rows.headers, rows.delays, rows.sizes, rows.dedup_ids)
 
+    def check_destinations(self) -> None:
+        """Record the queues this attempt writes, or fail if an earlier attempt of the same
+        write recorded others (see the module's docstring). Called before any block closes."""
+        if self.key_prefix is None:
+            return
+        conn = self.resolver.conn
+        ids = sorted(str(self.resolver.resolve(n).queue_id) for n in self.writes)
+        digest = hashlib.blake2b("\n".join(ids).encode(), digest_size=8).digest()
+        want = (struct.unpack(">q", digest)[0], len(ids))
+        key = f"routes:{self.key_prefix}"
+        if ids:
+            got = records.first(conn, records.ROUTES, key, *want)
+        else:  # nothing to write: an earlier attempt that wrote rows is still a mismatch
+            got = records.read(conn, records.ROUTES, key) or want
+        if got == want:
+            return
+        names = ", ".join(sorted(self.writes)) or "no queue"
+        text = (
+            f"{self.what}, partition {self.partition}: this attempt routes its rows to {names} "
+            f"({len(ids)} queues), an earlier attempt of the same write routed them to "
+            f"{got[1]} queues that are not these (the queue column's values changed, e.g. a "
+            "routing table or a dead-letter setting, or a queue was deleted and created again)"
+        )
+        if not self.rewrite_mismatch:
+            raise ReplayMismatchError(f"{text}. {self.mismatch_hint}".rstrip())
+        log.warning("%s; writing them again (replayMismatch=writeAgain)", text)
+        records.put(conn, records.ROUTES, key, *want)
+
     def finish(self) -> RoutedReport:
+        self.check_destinations()
         per: dict[str, tuple[int, int]] = {}
         ranges: list[tuple[int, int]] = []
         for name in sorted(self.writes):  # a fixed order: a retry meets the same failures
