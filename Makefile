@@ -18,14 +18,16 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 setup: $(STAMP) $(JARS_STAMP)
 
-# Each step says what it resolves before it starts (pip and Maven run quiet).
-$(STAMP): pyproject.toml
+# Each step says what it resolves before it starts (pip and Maven run quiet). pyproject.toml
+# declares the ranges the package allows; constraints.txt pins the versions this checkout is
+# tested with (a change to either rebuilds the venv).
+$(STAMP): pyproject.toml constraints.txt
 	@echo "setup: Python environment in $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "setup: upgrading pip"
 	$(PY) -m pip install -q --upgrade pip
-	@echo "setup: resolving the package and its extras [spark,connect,cli,demo,server,test,bench] from pyproject.toml"
-	$(PY) -m pip install -q -e '.[spark,connect,cli,demo,server,test,bench]'
+	@echo "setup: resolving the package and its extras [spark,connect,cli,demo,server,test,bench] from pyproject.toml, at constraints.txt's versions"
+	$(PY) -m pip install -q -c constraints.txt -e '.[spark,connect,cli,demo,server,test,bench]'
 	touch $@
 
 # Cassandra's server jars from Maven Central, through conf/pom.xml; cached in ~/.m2 and .cassandra/lib.
@@ -37,29 +39,41 @@ $(JARS_STAMP): conf/pom.xml
 	touch $@
 
 # The HTTP service (docs/service.md) on the Cassandra on 127.0.0.1:$(CASSANDRA_PORT), or the embedded
-# one started for it; its secret and admin key are made once in .serve/ (mode 600).
+# one started for it; its secret and admin key are made once in .serve/ (mode 600). It installs
+# only what it needs: the [server] extra and the launcher's psutil (constraints.txt's versions).
 HTTP_PORT ?= 8080
-serve: setup
+SERVE_STAMP := $(VENV)/.installed-serve
+$(SERVE_STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e '.[server]' psutil
+	touch $@
+
+serve: $(SERVE_STAMP) $(JARS_STAMP)
 	$(PY) -m cassieq_dev.local_cassandra up --port $(CASSANDRA_PORT)
 	mkdir -p .serve && chmod 700 .serve
 	test -s .serve/secret || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/secret)
 	test -s .serve/admin-key || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > .serve/admin-key)
 	@echo "admin key: .serve/admin-key; API on http://127.0.0.1:$(HTTP_PORT)/api/v1, dashboard /dashboard"
+	@echo "a first queue, in another terminal: .venv/bin/cassieq account create acme (docs/service.md)"
 	$(PY) -m cassieq_spark.cli --port $(CASSANDRA_PORT) serve --bootstrap --create-keyspace --repair \
 	  --http-port $(HTTP_PORT) --secret-file .serve/secret --admin-key-file .serve/admin-key
 
 # Durable by default (commitlog synced before each acknowledgement; survives a SIGKILL or an
-# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash.
+# OOM); DURABLE=0 starts the fast node that loses what it acknowledged on a crash. A node killed
+# or stopped comes back on the port it was asked for (docs/local-cassandra.md).
+# CASSANDRA_BASE_DIR: where the nodes' data, logs and pid files are (a second node beside it).
+CASSANDRA_BASE_DIR ?= .cassandra/nodes
 cassandra-up: setup
 	$(PY) -m cassieq_dev.local_cassandra up --nodes $(NODES) --port $(CASSANDRA_PORT) \
+	  --base-dir $(CASSANDRA_BASE_DIR) \
 	  $(if $(filter 0 no false,$(DURABLE)),--fast) $(if $(filter 1 yes true,$(AUTH)),--auth) \
 	  $(if $(filter 1 yes true on,$(TLS)),--tls on) $(if $(filter mutual,$(TLS)),--tls mutual)
 
 cassandra-down:
-	$(PY) -m cassieq_dev.local_cassandra down
+	$(PY) -m cassieq_dev.local_cassandra down --base-dir $(CASSANDRA_BASE_DIR)
 
 cassandra-status:
-	$(PY) -m cassieq_dev.local_cassandra status
+	$(PY) -m cassieq_dev.local_cassandra status --base-dir $(CASSANDRA_BASE_DIR)
 
 # A Spark standalone master and workers on 127.0.0.1 (logs and pid files in .spark/).
 WORKERS ?= 2

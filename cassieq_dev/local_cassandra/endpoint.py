@@ -10,6 +10,14 @@ default). What listens there decides:
   us): start the embedded node on the next free port and record the port that was asked for, so
   the next request for it finds this node;
 - nothing: start the embedded node there.
+
+A node of this launcher recorded for the port but not running (its JVM was killed, the machine
+restarted) is started again on the port it was asked for, with its data: the port a client was
+configured for. A killed JVM's sockets are released a moment after it dies (about a second
+measured), so the launcher first waits up to ``RELEASE_WAIT`` seconds for them; a port still
+held then by something other than a Cassandra 5.x is a one-line failure naming the process
+that holds it, not a move (unless the node had been moved before: it goes back to the port it
+had).
 """
 
 from __future__ import annotations
@@ -28,15 +36,25 @@ from .config import (
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_STORAGE_PORT,
     CassandraError,
+    NodeConfig,
     node_address,
 )
-from .probe import free_port, port_free, port_open, query_release_version
+from .probe import (
+    free_port,
+    listener,
+    port_free,
+    port_open,
+    query_release_version,
+    wait_until_free,
+)
 from .process import live_pid
 from .security import check_tls_mode
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_MAJOR = "5"
+# Seconds to wait for the ports of a recorded node that is not running to be released.
+RELEASE_WAIT = 10.0
 
 
 @dataclass
@@ -110,6 +128,14 @@ def _own_running(
     )
 
 
+def _recorded_not_running(base_dir: Path, port: int) -> NodeConfig | None:
+    """This launcher's first node under ``base_dir`` recorded for ``port``, if it is not running."""
+    first = next((node for node in recorded_nodes(base_dir) if node.index == 1), None)
+    if first is None or port not in (first.port, first.requested_port):
+        return None
+    return first if live_pid(first) is None else None
+
+
 def _describe_holder(address: str, port: int) -> tuple[str, str | None]:
     """What listens on address:port, in a few words, and its Cassandra release if it has one."""
     version = query_release_version(address, port)
@@ -151,8 +177,19 @@ def ensure_cassandra(
         return Endpoint(own.contact_points, own.port, message, own, ready=ready)
 
     native, why = port, ""
+    stopped = _recorded_not_running(base, port)
+    probed: tuple[str, str | None] | None = None  # what holds the port, when already asked
+    if stopped is not None:
+        # If its JVM was just killed, its ports are released a moment later; its storage port
+        # is kept when free (the caller's is the default, which another node may hold).
+        if port_open(addresses[0], port):
+            probed = _describe_holder(addresses[0], port)
+            if probed[1] is None and wait_until_free(addresses, port, RELEASE_WAIT):
+                probed = None
+        if wait_until_free(addresses, stopped.storage_port, 1.0):
+            storage_port = stopped.storage_port
     if port_open(addresses[0], port):
-        holder, version = _describe_holder(addresses[0], port)
+        holder, version = probed or _describe_holder(addresses[0], port)
         if nodes == 1 and version is not None and version.split(".")[0] == SUPPORTED_MAJOR:
             message = (
                 f"using the Cassandra {version} already answering on {addresses[0]}:{port} "
@@ -162,7 +199,17 @@ def ensure_cassandra(
             return Endpoint([addresses[0]], port, message, release_version=version)
         if version is not None and nodes == 1:
             holder += f", not {SUPPORTED_MAJOR}.x"
-        native = free_port(addresses, above=port, avoid={storage_port})
+        if stopped is None:
+            native = free_port(addresses, above=port, avoid={storage_port})
+        elif stopped.port != port and all(port_free(a, stopped.port) for a in addresses):
+            native = stopped.port  # moved before, for the same reason: back where it was
+        else:
+            process = listener(addresses[0], port)
+            raise CassandraError(
+                f"{addresses[0]}:{port} is held by {process or holder}, not by the embedded "
+                f"node recorded for it under {base} (not running): stop that process, or ask "
+                "for another port (CASSANDRA_PORT=..., --port)"
+            )
         why = f"{addresses[0]}:{port} is taken by {holder}; "
     if not all(port_free(a, storage_port) for a in addresses):
         storage_port = free_port(addresses, above=storage_port, avoid={native})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +40,40 @@ def port_free(address: str, port: int) -> bool:
         except OSError:
             return False
     return not port_open(address, port, timeout=0.2)
+
+
+def listener(address: str, port: int) -> str | None:
+    """The process listening on address:port, as "NAME (pid N)", or None when none is seen
+    (none listens, or the system does not show its sockets to this user)."""
+    import psutil
+
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    for conn in connections:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
+            continue
+        if conn.laddr.ip not in (address, "0.0.0.0", "::", "::ffff:" + address):
+            continue
+        if conn.pid is None:
+            return "a process this user cannot see"
+        try:
+            return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
+        except psutil.Error:
+            return f"pid {conn.pid}"
+    return None
+
+
+def wait_until_free(addresses: Iterable[str], port: int, timeout: float) -> bool:
+    """True once a server could listen on ``port`` on every address, False after ``timeout``."""
+    addresses = list(addresses)
+    deadline = time.monotonic() + timeout
+    while not all(port_free(a, port) for a in addresses):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def free_port(addresses: Iterable[str], above: int, avoid: Iterable[int] = ()) -> int:

@@ -59,8 +59,12 @@ async def ready(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """The registry rendered from memory (the queue stats are a background snapshot): on a
-    thread of its own, never an engine thread or a pooled client."""
+    thread of its own, never an engine thread or a pooled client. Needs the metrics or the
+    admin key (``Authorization: Bearer <key>``), unless the service was started with
+    ``--public-metrics``: the queue series name every account's queues."""
     service: Service = request.app.state.service
+    if not service.config.public_metrics:
+        admin.check_metrics(request, service)
     body = await anyio.to_thread.run_sync(service.metrics.render)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -138,6 +142,21 @@ def build_app(service: Service) -> Guard:
     )
     app.state.service = service
     return Guard(app, service)
+
+
+_UNPRINTABLE = re.compile(r"[^\x21-\x7e]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group()
+    return "\\x20" if ch == " " else ch.encode("unicode_escape").decode("ascii")
+
+
+def printable(value: object) -> str:
+    """``value`` for a log line: every character outside printable ASCII (a percent-decoded
+    newline, a control character, a space) written as its escape, so what a client sends can
+    never start a line or add a field."""
+    return _UNPRINTABLE.sub(_escape, "-" if value is None else str(value))
 
 
 # Probes are answered even past the bound on requests in progress: they are cheap and an
@@ -225,7 +244,10 @@ class Guard:
                         self.in_progress -= 1
         except Exception:
             log.exception(
-                "request %s %s failed (ID %s)", scope.get("method"), scope.get("path"), rid
+                "request %s %s failed (ID %s)",
+                printable(scope.get("method")),
+                printable(scope.get("path")),
+                rid,
             )
             if not sent:
                 await internal_error_response(rid)(scope, receive, send_wrapped)
@@ -237,11 +259,11 @@ class Guard:
             access.info(
                 "%s %s %s %d %.1fms account=%s id=%s",
                 (scope.get("client") or ("-",))[0],
-                scope.get("method"),
-                scope.get("path"),
+                printable(scope.get("method")),
+                printable(scope.get("path")),
                 status,
                 took * 1000,
-                account,
+                printable(account),
                 rid,
                 extra={"request_id": rid, "account": account},
             )

@@ -1,8 +1,9 @@
 """The service's settings: flags first, then ``CASSIEQ_*`` variables, then the original
 CassieQ server's variable names (``CLUSTER_NAME``, ``KEYSPACE``, ``CONTACT_POINTS``,
-``USERNAME``, ``PASSWORD``, ``USE_SSL``, ``DATA_CENTER``), then defaults. Secrets (the
-service secret, the admin key, the Cassandra password) come from files or variables, never
-from a flag's value.
+``USERNAME``, ``PASSWORD``, ``USE_SSL``, ``DATA_CENTER``), then defaults. The service
+secret and the admin key come from files or variables, never from a flag's value; the Cassandra
+password is the connection's, which every ``cassieq`` command also takes as ``--password``
+(shown by ``ps``: ``--password-file`` or ``CASSIEQ_PASSWORD`` keep it out of the process list).
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024 + 4096
 DEFAULT_REPAIR_INTERVAL = 5.0
 DEFAULT_DRAIN_SECONDS = 30.0
 DEFAULT_WORKERS = 32
+# A signed URL ends at most this long after it is used (and, issued without an end time, ends
+# DEFAULT_SIGNED_URL_SECONDS after it is issued): a leaked URL stops working by itself.
+DEFAULT_SIGNED_URL_MAX_SECONDS = 7 * 24 * 3600.0
+DEFAULT_SIGNED_URL_SECONDS = 24 * 3600.0
+# The admin key and the metrics key: long and varied enough that guessing is hopeless at the
+# rate failed attempts are allowed (`secrets.token_urlsafe(24)` gives 32 characters).
+# The service secret seals every account key: at least this many bytes (after base64).
+MIN_SECRET_BYTES = 32
+MIN_OPERATOR_KEY_CHARS = 32
+MIN_OPERATOR_KEY_DISTINCT = 16
 DEFAULT_MAX_REQUESTS = 1024
 DEFAULT_MAX_WAITING_CALLS = 512
 DEFAULT_HEADER_TIMEOUT = 10.0
@@ -94,6 +105,9 @@ class ServiceConfig:
     http_port: int = DEFAULT_HTTP_PORT
     secret: bytes = b""
     admin_key: str | None = None
+    metrics_key: str | None = None
+    public_metrics: bool = False
+    signed_url_max_seconds: float = DEFAULT_SIGNED_URL_MAX_SECONDS
     skew_seconds: float = DEFAULT_SKEW_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     repair: bool = False
@@ -113,11 +127,29 @@ class ServiceConfig:
     instance: str = ""
 
     def secret_bytes(self) -> bytes:
-        """The secret as given; a base64 text of 16+ bytes is decoded first."""
+        """The secret as given; a base64 text of 32+ bytes is decoded first."""
         try:
             raw = base64.b64decode(self.secret, validate=True)
-            if len(raw) >= 16:
+            if len(raw) >= MIN_SECRET_BYTES:
                 return raw
         except ValueError:
             pass
         return self.secret
+
+
+def operator_key(what: str, flag: str, raw: bytes | None) -> str | None:
+    """The admin or metrics key as text, refused when it is too weak to face the internet."""
+    if raw is None:
+        return None
+    try:
+        key = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"the {what} must be ASCII text ({flag})") from None
+    if len(key) < MIN_OPERATOR_KEY_CHARS or len(set(key)) < MIN_OPERATOR_KEY_DISTINCT:
+        raise ConfigError(
+            f"the {what} ({flag}) has {len(key)} characters, {len(set(key))} of them distinct; "
+            f"it needs at least {MIN_OPERATOR_KEY_CHARS} characters with "
+            f"{MIN_OPERATOR_KEY_DISTINCT} distinct (make one with: python3 -c "
+            "'import secrets; print(secrets.token_urlsafe(32))' > FILE)"
+        )
+    return key

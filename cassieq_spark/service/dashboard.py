@@ -1,5 +1,5 @@
 """A small queue dashboard: ``GET /dashboard`` is a static page that asks for the admin key
-and then polls ``GET /dashboard/queues`` (admin key required) for every queue's backlog,
+and then polls ``GET /dashboard/queues`` (the admin or the metrics key required) for every queue's backlog,
 in-flight count, oldest age, totals and dead letters, drawing rates from two polls.
 """
 
@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from .admin import check_admin
+from .admin import check_metrics
 from .responses import json_response
 from .state import Service
 
@@ -22,7 +22,7 @@ async def queues(request: Request) -> Response:
     """Every queue's stats from the snapshot :mod:`.metrics` keeps (refreshed in the
     background, at most :data:`~.metrics.QUEUE_STATS_SECONDS` old): no engine call here."""
     service: Service = request.app.state.service
-    check_admin(request, service)
+    check_metrics(request, service)
     stats = service.metrics.queue_stats()
     keep = [
         "queue",
@@ -49,9 +49,9 @@ th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 #status{color:#666;margin:1em 0}
 </style></head><body>
 <h1>cassieq queues</h1>
-<form id="login"><label>Admin key <input id="key" type="password" size="50"></label>
+<form id="login"><label>Admin or metrics key <input id="key" type="password" size="50"></label>
 <button type="submit">Show</button></form>
-<div id="status">Enter the admin key.</div>
+<div id="status">Enter the admin or the metrics key.</div>
 <table id="queues"><thead><tr><th>queue</th><th>backlog</th><th>in flight</th><th>delayed</th>
 <th>oldest age (s)</th><th>enqueued</th><th>acked</th><th>acks/s</th><th>dead letters</th>
 <th>dead-letter queue</th></tr></thead><tbody></tbody></table>
@@ -63,7 +63,7 @@ async function refresh(){
   if(!key){return;}
   const r = await fetch("/dashboard/queues",{headers:{"Authorization":"Key "+key}});
   const status = document.getElementById("status");
-  if(!r.ok){status.textContent="HTTP "+r.status+": check the admin key";return;}
+  if(!r.ok){status.textContent="HTTP "+r.status+": check the key";return;}
   const rows = await r.json(); const now = Date.now()/1000;
   const body = document.querySelector("#queues tbody"); body.innerHTML="";
   for(const q of rows){

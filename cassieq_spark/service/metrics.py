@@ -87,6 +87,12 @@ class Metrics:
             "Messages claimed for a v1 get whose client had left, given back at once",
             registry=self.registry,
         )
+        self.account_reads = Counter(
+            "cassieq_account_reads",
+            "Accounts read from Cassandra (cache misses; a name that is no account is cached "
+            "too, so made-up names cost one read each per cache period)",
+            registry=self.registry,
+        )
         self.shed = Counter(
             "cassieq_http_shed",
             "Requests answered 503 at once by a bound: reason=requests (--max-requests in "

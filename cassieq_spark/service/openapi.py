@@ -58,7 +58,8 @@ VALIDATION_ERROR = {
 }
 ERROR = {
     "description": "an error: {code, message, detail?} (401, 403, unknown route 404, 405, 408, "
-    "413, 431, 500 naming its log id, 503 with Retry-After), {reason, operation, message, "
+    "413, 429 after failed admin or metrics keys, 431, 500 naming its log id, 503 with "
+    "Retry-After), {reason, operation, message, "
     "queueName?} (a missing queue 404, 409) or {errors: [...]} (400 path/query, 422 body)",
     "content": {
         "application/json": {
@@ -124,6 +125,14 @@ ACCOUNT_KEYS = {
     "properties": {
         "accountName": {"type": "string"},
         "keys": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+ACCOUNT_LISTED = {
+    "type": "object",
+    "required": ["accountName", "keyNames"],
+    "properties": {
+        "accountName": {"type": "string"},
+        "keyNames": {"type": "array", "items": {"type": "string"}},
     },
 }
 V1_MESSAGE = {
@@ -297,14 +306,21 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {
         },
     ),
     ("post", ADMIN + "/accounts"): (
-        "Create an account (body: its name, or {accountName})",
+        "Create an account (body: its name, or {accountName, adoptQueues?}); its keys are "
+        "shown here only; 409 while queues of the name remain, unless adoptQueues",
         "admin",
         {
             "requestBody": _body(
                 {
                     "anyOf": [
                         {"type": "string"},
-                        {"type": "object", "properties": {"accountName": {"type": "string"}}},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "accountName": {"type": "string"},
+                                "adoptQueues": {"type": "boolean"},
+                            },
+                        },
                     ]
                 }
             ),
@@ -312,17 +328,18 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {
         },
     ),
     ("get", ADMIN + "/accounts"): (
-        "Every account with its keys",
+        "Every account with its key names (keys are shown once, when made)",
         "admin",
-        {"responses": {"200": _json({"type": "array", "items": ACCOUNT_KEYS})}},
+        {"responses": {"200": _json({"type": "array", "items": ACCOUNT_LISTED})}},
     ),
     ("get", ADMIN + "/accounts/{account}"): (
-        "An account with its keys",
+        "An account with its key names",
         "admin",
-        {"parameters": [ACCOUNT], "responses": {"200": _json(ACCOUNT_KEYS)}},
+        {"parameters": [ACCOUNT], "responses": {"200": _json(ACCOUNT_LISTED)}},
     ),
     ("delete", ADMIN + "/accounts/{account}"): (
-        "Delete an account and its queues",
+        "Delete an account: its keys, its queues, then the account (or the queues a deleted "
+        "account of the name left)",
         "admin",
         {"parameters": [ACCOUNT], "responses": {"204": _empty("deleted")}},
     ),

@@ -20,7 +20,7 @@ from typing import Any
 from ..config import connection_from_options, options_from_flags
 from ..errors import ConfigError, QueueNotFoundError
 from . import config as cfg
-from .config import ServiceConfig, original_env_options, read_secret
+from .config import ServiceConfig, operator_key, original_env_options, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ def add_serve_flags(sub: argparse._SubParsersAction) -> None:
         "--admin-key-file",
         metavar="FILE",
         help="the admin API's key (or CASSIEQ_ADMIN_KEY_FILE, CASSIEQ_ADMIN_KEY); none: admin off",
+    )
+    s.add_argument(
+        "--metrics-key-file",
+        metavar="FILE",
+        help="a key for GET /metrics and the dashboard data besides the admin key (or "
+        "CASSIEQ_METRICS_KEY_FILE, CASSIEQ_METRICS_KEY)",
+    )
+    s.add_argument(
+        "--public-metrics",
+        action="store_true",
+        help="serve GET /metrics without a key: it shows every account's queue names, "
+        "backlogs and rates to anyone who reaches the port",
     )
     for flag, (_, default, low, high, whole, what) in SETTINGS.items():
         kind = int if whole else float
@@ -152,6 +164,14 @@ SETTINGS: dict[str, tuple[str, float, float, float, bool, str]] = {
         False,
         "how often the queue stats of /metrics and the dashboard are refreshed, s",
     ),
+    "--signed-url-max-seconds": (
+        "CASSIEQ_SIGNED_URL_MAX_SECONDS",
+        cfg.DEFAULT_SIGNED_URL_MAX_SECONDS,
+        60,
+        366 * 24 * 3600,
+        False,
+        "longest lifetime of a signed URL, from its use to its end time, s",
+    ),
     "--max-response-bytes": (
         "CASSIEQ_MAX_RESPONSE_BYTES",
         cfg.DEFAULT_MAX_RESPONSE_BYTES,
@@ -197,8 +217,21 @@ def service_config(
             "(or CASSIEQ_SECRET_FILE / CASSIEQ_SECRET); make one with "
             "`head -c 32 /dev/urandom | base64 > FILE` and keep it out of Cassandra"
         )
+    have = len(ServiceConfig(secret=secret).secret_bytes())
+    if have < cfg.MIN_SECRET_BYTES:
+        raise ConfigError(
+            f"the service secret has {have} bytes; it needs at least {cfg.MIN_SECRET_BYTES} "
+            "(make one with `head -c 32 /dev/urandom | base64 > FILE`)"
+        )
     admin = read_secret(
         "admin key", args.admin_key_file, "CASSIEQ_ADMIN_KEY_FILE", "CASSIEQ_ADMIN_KEY", env
+    )
+    metrics = read_secret(
+        "metrics key",
+        getattr(args, "metrics_key_file", None),
+        "CASSIEQ_METRICS_KEY_FILE",
+        "CASSIEQ_METRICS_KEY",
+        env,
     )
     port = int(_number(args.http_port, "CASSIEQ_HTTP_PORT", env, cfg.DEFAULT_HTTP_PORT))
     if not 0 <= port <= 65535:
@@ -209,7 +242,11 @@ def service_config(
         host=args.http_host or env.get("CASSIEQ_HTTP_HOST") or "127.0.0.1",
         http_port=port,
         secret=secret,
-        admin_key=admin.decode() if admin else None,
+        admin_key=operator_key("admin key", "--admin-key-file", admin),
+        metrics_key=operator_key("metrics key", "--metrics-key-file", metrics),
+        public_metrics=bool(getattr(args, "public_metrics", False))
+        or env.get("CASSIEQ_PUBLIC_METRICS", "").strip().lower() in ("1", "true", "yes"),
+        signed_url_max_seconds=setting(args, "--signed-url-max-seconds", env),
         skew_seconds=setting(args, "--clock-skew", env),
         max_body_bytes=int(setting(args, "--max-body-bytes", env)),
         repair=bool(args.repair),

@@ -59,6 +59,7 @@ class Service:
         self.accounts = AccountStore(self.conn, self.sealer)
         self.metrics = Metrics(config.stats_seconds)
         self.refresher: StatsRefresher | None = None
+        self.accounts.on_read = self.metrics.account_reads.inc
         self._pool: queue_mod.LifoQueue[QueueClient] = queue_mod.LifoQueue()
         for _ in range(config.workers):
             self._pool.put(QueueClient(connection, self.conn))

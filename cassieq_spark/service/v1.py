@@ -5,6 +5,7 @@ query parameters, JSON field names and status codes (docs/service.md lists where
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import hashlib
 from typing import Any
@@ -55,9 +56,12 @@ async def authorize(
         queue,
         service.config.skew_seconds,
         dt.datetime.now(dt.timezone.utc),
+        service.config.signed_url_max_seconds,
     )
     auth.require(levels, level)
     request.state.account = account
+    request.state.levels = levels
+    request.state.claim = auth.url_claim(request.headers, request.query_params)
     return account
 
 
@@ -284,12 +288,33 @@ def message_body(info: QueueInfo, m: Message) -> dict[str, Any]:
     }
 
 
+# How long a delivery with ``invisibilityTimeSeconds=0`` holds its message before releasing it.
+MOMENT_SECONDS = 5.0
+
+
+def visible_at_once(c, queue: str) -> Message | None:
+    """A delivery that hides nothing (``invisibilityTimeSeconds=0``), as the original answers
+    it: the message is claimed for a moment and released at once (visible to the next get, its
+    delivery counted); the receipt handed out is the release's, which acks or updates the
+    message while no other consumer has taken it. A release that comes too late (the moment
+    ended first) changes nothing: the message was visible again already."""
+    m = c.get(queue, MOMENT_SECONDS)
+    if m is None or m.pop_receipt is None:
+        return m
+    with contextlib.suppress(StaleReceiptError):
+        m.pop_receipt = c.change_visibility(queue, m.pop_receipt, 0)
+    return m
+
+
 async def next_message(request: Request) -> Response:
     refuse_head(request)
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
-    vt = inputs.query_int(request, "invisibilityTimeSeconds", DEFAULT_INVISIBILITY, 1, MAX_SECONDS)
+    vt = inputs.query_int(request, "invisibilityTimeSeconds", DEFAULT_INVISIBILITY, 0, MAX_SECONDS)
     info = await queue_info(service, request, account, "getMessage")
+    if vt == 0:
+        found = await service.call(lambda c: visible_at_once(c, info.name), "getMessage")
+        return empty(204) if found is None else json_response(message_body(info, found))
 
     async def gone() -> bool:
         return await client_left(request)
@@ -337,7 +362,7 @@ async def ack_message(request: Request) -> Response:
 
     try:
         # Refused here, not in the batch: a receipt that is not one of this queue's is a 400.
-        PopReceipt.decode(receipt).check_queue(info.queue_id, info.name, receipt)
+        PopReceipt.decode(receipt).check(info, receipt)
     except InvalidReceiptError:
         raise bad_receipt(receipt) from None
     if not await service.acks.ack(info.name, receipt):

@@ -25,7 +25,7 @@ from ..engine.core.messages import Message
 from ..engine.core.queues import UNSET, QueueInfo
 from ..errors import ConfigError, QueueNotFoundError
 from ..validate import MAX_BATCH, MAX_WAIT_SECONDS
-from . import inputs, names
+from . import auth, inputs, names
 from .responses import ApiError, invalid, json_response, not_found_queue
 from .state import Service
 from .v1 import MAX_SECONDS, authorize, client_left, message_tag, queue_info, refuse_head
@@ -278,6 +278,9 @@ async def update_settings(request: Request) -> Response:
             if not isinstance(value, str):
                 raise invalid(f"dlqName must be a string or null, got {inputs.echo(value)}", 422)
             inputs.check_queue(account, value, "dlqName")
+            auth.require_target(
+                request.state.levels, request.state.claim, value, "the dead-letter queue"
+            )
             value = names.engine_name(account, value)
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
             raise invalid(f"{field} must be a number, got {inputs.echo(value)}", 422)
@@ -328,11 +331,15 @@ async def stats(request: Request) -> Response:
 async def redrive(request: Request) -> Response:
     service: Service = request.app.state.service
     account = await authorize(request, service, "r", request.path_params["queue"])
+    # Taking the dead letters out of this queue acks them here; putting them into ``to``
+    # writes there.
+    auth.require(request.state.levels, "a")
     body = inputs.object_body(await inputs.body(request, 64 * 1024), "the redrive")
     to = inputs.field_str(body, "to")
     if not to:
         raise invalid("to (the queue to move the dead letters to) may not be null", 422)
     inputs.check_queue(account, to, "to")
+    auth.require_target(request.state.levels, request.state.claim, to)
     most = inputs.field_int(body, "max", None, 1, 10_000_000)
     info = await queue_info(service, request, account, "redrive")
     target = names.engine_name(account, to)
@@ -424,7 +431,8 @@ def openapi() -> dict[str, Any]:
             PREFIX: {
                 "patch": op(
                     "Change the queue's settings while in use; fields left out are kept, "
-                    "null dlqName/messageTtlSeconds remove them",
+                    "null dlqName/messageTtlSeconds remove them (a new dlqName also needs level "
+                    "p, and a signed URL's q must name it)",
                     "c",
                     json_ok,
                     requestBody=body(
@@ -544,8 +552,9 @@ def openapi() -> dict[str, Any]:
             },
             PREFIX + "/redrive": {
                 "post": op(
-                    "Move this (dead-letter) queue's messages to another queue of the account",
-                    "r",
+                    "Move this (dead-letter) queue's messages to another queue of the account "
+                    "(levels r and a here, p for the target, which a signed URL's q must name)",
+                    "rap",
                     json_ok,
                     requestBody=body(
                         {

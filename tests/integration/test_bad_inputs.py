@@ -66,11 +66,11 @@ def world(queue_client: QueueClient) -> dict:
         "other_queue_receipt": other.pop_receipt,
         "acked_receipt": acked.pop_receipt,
         "held_receipt": held.pop_receipt,
-        "forged_overflow": PopReceipt(info2.queue_id, 2**64 - 1, 1).encode(),
-        "forged_far": PopReceipt(info2.queue_id, 2**62, 1).encode(),
-        "random_r1": "r1" + base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("="),
+        "forged_overflow": PopReceipt.issue(info2, 2**64 - 1, 1),
+        "forged_far": PopReceipt.issue(info2, 2**62, 1),
+        "random_r1": "r2" + base64.urlsafe_b64encode(os.urandom(40)).decode().rstrip("="),
         # Not starting with "-" (1 in 64 would): the command line would take it for an option.
-        "random_b64": "A" + base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("="),
+        "random_b64": "A" + base64.urlsafe_b64encode(os.urandom(40)).decode().rstrip("="),
     }
 
 

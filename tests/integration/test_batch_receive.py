@@ -257,7 +257,7 @@ def test_ack_many_reports_each_receipt_and_never_fails_the_batch(queue_client, q
     assert len(again) == 1  # one of the three, redelivered: its first receipt is stale
     redelivered = again[0].id
     info = q.get_queue(queue_name)
-    forged = PopReceipt(info.queue_id, first[0].id, 77).encode()
+    forged = PopReceipt.issue(info, first[0].id, 77)
     receipts = [m.pop_receipt for m in first] + ["garbage", foreign, forged, first[0].pop_receipt]
     results = q.ack_many(queue_name, receipts)
     assert [r.receipt for r in results] == receipts

@@ -35,7 +35,7 @@ def test_round_trip(run, queue_name):
     m2 = json.loads(run("get", queue_name).stdout)
     assert m2["payload"] == "from stdin"
     released = run("change-visibility", queue_name, m2["pop_receipt"], "0")
-    assert released.returncode == 0 and released.stdout.strip().startswith("r1")
+    assert released.returncode == 0 and released.stdout.strip().startswith("r2")
     rep = run("repair", queue_name, "--dry-run")
     assert rep.returncode == 0 and json.loads(rep.stdout)["dry_run"] is True
     assert run("delete-queue", queue_name).returncode == 0

@@ -7,6 +7,8 @@ event loop free, and concurrent calls start no thread."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -98,6 +100,44 @@ def test_get_many_and_ack_many_in_order_with_per_receipt_results(client, queue_n
     results = client.ack_many(queue_name, [m.pop_receipt for m in got] + [got[0].pop_receipt])
     assert [r.status for r in results] == ["ok"] * 25 + ["stale"]
     assert client.get_many(queue_name, 10) == []
+
+
+def receipt_for(receipt: str, message_id: int, version: int = 1) -> str:
+    """A receipt made from ``receipt``: its queue id and tag, another message id and version
+    (what a holder of one receipt can build without the queue's key)."""
+    raw = base64.urlsafe_b64decode(receipt[2:] + "=" * (-len(receipt[2:]) % 4))
+    made = raw[:16] + message_id.to_bytes(8, "big") + version.to_bytes(4, "big") + raw[28:]
+    return receipt[:2] + base64.urlsafe_b64encode(made).decode().rstrip("=")
+
+
+@pytest.mark.usefixtures("fault_mode")
+def test_a_receipt_made_from_another_in_flight_message_s_id_is_refused_everywhere(
+    client, queue_name
+):
+    """Seven messages in flight; the holder of the fourth makes receipts for the first and the
+    last (its own id -3 and +3, version 1, its own tag). Ack, change_visibility, ack_many,
+    change_visibility_many and give_back refuse them, and the real holders' receipts still
+    ack."""
+    client.create_queue(queue_name)
+    client.put_many(queue_name, [f"m{i}" for i in range(7)])
+    held = sorted(client.get_many(queue_name, 7, visibility_timeout=60), key=lambda m: m.id)
+    assert len(held) == 7
+    own = held[3]
+    made = [receipt_for(own.pop_receipt, own.id - 3), receipt_for(own.pop_receipt, own.id + 3)]
+    for text in made:
+        with pytest.raises(InvalidReceiptError, match="tag does not match"):
+            client.ack(queue_name, text)
+        with pytest.raises(InvalidReceiptError, match="tag does not match"):
+            client.change_visibility(queue_name, text, 0)
+    assert [r.status for r in client.ack_many(queue_name, made)] == ["invalid", "invalid"]
+    results = client.change_visibility_many(queue_name, [(t, 0) for t in made])
+    assert [r.status for r in results] == ["invalid", "invalid"]
+    given = [dataclasses.replace(held[0], pop_receipt=made[0])]
+    assert client.give_back(queue_name, given) == 0
+    assert client.get(queue_name) is None  # nothing was released
+    results = client.ack_many(queue_name, [m.pop_receipt for m in held])
+    assert [r.status for r in results] == ["ok"] * 7
+    assert client.stats(queue_name)["acked"] == 7
 
 
 def test_peek_changes_nothing_and_give_back_does_not_count_a_delivery(client, queue_name):

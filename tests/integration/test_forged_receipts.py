@@ -23,7 +23,7 @@ def queue(queue_client: QueueClient, queue_name: str):
 
 
 def _receipt(info, message_id: int, version: int) -> str:
-    return PopReceipt(info.queue_id, message_id, version).encode()
+    return PopReceipt.issue(info, message_id, version)
 
 
 def test_ack_many_calls_receipts_no_get_issued_invalid(queue_client: QueueClient, queue) -> None:

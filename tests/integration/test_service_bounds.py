@@ -60,7 +60,7 @@ def test_scrapes_and_dashboard_polls_hold_no_engine_thread(cassandra, cassieq_op
         admin = {"Authorization": f"Key {server.admin_key}"}
         with ThreadPoolExecutor(24) as pool:
             scrapes = [
-                pool.submit(server.call, "GET", "/metrics", None, None, 15) for _ in range(16)
+                pool.submit(server.call, "GET", "/metrics", None, admin, 15) for _ in range(16)
             ]
             polls = [
                 pool.submit(server.call, "GET", "/dashboard/queues", None, admin, 15)

@@ -138,7 +138,7 @@ def test_concurrent_gets_deliver_each_message_once_and_leavers_hold_none(
         stats = queue_client.stats(f"{account}.q")
         assert (stats["backlog"], stats["in_flight"]) == (0, len(missing)), stats
 
-        metrics = server.call("GET", "/metrics").body.decode()
+        metrics = server.call("GET", "/metrics", headers=server.operator()).body.decode()
         reads = metric(metrics, "cassieq_get_reads_total")
         # Gets that arrived while a receive was in flight shared the next one.
         assert 1 <= reads < gets[0], (reads, gets[0])

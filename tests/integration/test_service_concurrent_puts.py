@@ -46,7 +46,10 @@ def test_concurrent_puts_are_each_stored_once_in_fewer_writes(
         expected = {f"w{w}-{i}" for w in range(THREADS) for i in range(PUTS_PER_THREAD)}
         assert set(stored) == expected and set(stored.values()) == {1}
 
-        writes = metric(server.call("GET", "/metrics").body.decode(), "cassieq_put_writes_total")
+        writes = metric(
+            server.call("GET", "/metrics", headers=server.operator()).body.decode(),
+            "cassieq_put_writes_total",
+        )
         # Puts that arrived while a write was in flight shared the next one.
         assert 1 <= writes < THREADS * PUTS_PER_THREAD, writes
     finally:

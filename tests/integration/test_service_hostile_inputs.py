@@ -126,7 +126,7 @@ def test_an_unforeseen_error_is_the_documented_json_500_with_its_log_id(server, 
 
 
 def series(server: Server) -> int:
-    text = server.call("GET", "/metrics").body.decode()
+    text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 

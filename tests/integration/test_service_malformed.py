@@ -55,7 +55,7 @@ def documented(body: bytes) -> bool:
 
 
 def cases(name: str, auth: dict, base: str) -> list[tuple[str, str, str, bytes | None, dict]]:
-    other_queue_receipt = "r1" + base64.urlsafe_b64encode(os.urandom(28)).decode().rstrip("=")
+    other_queue_receipt = "r2" + base64.urlsafe_b64encode(os.urandom(40)).decode().rstrip("=")
     deep = "[" * 100_000 + "]" * 100_000
     h = {**auth, **JSON}
     out = [

@@ -37,7 +37,7 @@ def test_health_ready_metrics_and_the_access_log(
         # the queue stats are a snapshot refreshed in the background (every second here)
         deadline = time.monotonic() + 10
         while True:
-            text = server.call("GET", "/metrics").body.decode()
+            text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
             if f'cassieq_queue_backlog{{queue="{name}.q"}}' in text or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

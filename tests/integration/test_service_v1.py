@@ -298,6 +298,22 @@ def test_update_with_zero_invisibility_releases_the_message_and_counts_a_redeliv
     assert (again["message"], again["deliveryCount"]) == ("m0", 1)
 
 
+def test_next_with_zero_invisibility_leaves_the_message_visible_at_once(acct):
+    """As the original: each such get delivers the message and counts it; the next get sees it
+    again; the last receipt acks it."""
+    acct.create("q")
+    acct.call("POST", "/q/messages", "m0")
+    first = acct.call("GET", "/q/messages/next?invisibilityTimeSeconds=0")
+    assert first.status == 200 and first.json()["deliveryCount"] == 0, first
+    again = acct.call("GET", "/q/messages/next?invisibilityTimeSeconds=0").json()
+    assert (again["message"], again["deliveryCount"]) == ("m0", 1)
+    assert again["messageTag"] == first.json()["messageTag"]
+    stale = acct.call("DELETE", f"/q/messages?popReceipt={first.json()['popReceipt']}")
+    assert stale.status == 409
+    assert acct.call("DELETE", f"/q/messages?popReceipt={again['popReceipt']}").status == 204
+    assert acct.call("GET", "/q/messages/next?invisibilityTimeSeconds=0").status == 204
+
+
 def test_update_without_a_body_is_422_and_without_a_receipt_400(acct):
     acct.create("q")
     acct.call("POST", "/q/messages", "m0")

@@ -69,12 +69,21 @@ class Prometheus:
 
 
 @contextmanager
-def prometheus(tmp_path: Path, targets: dict[str, str]) -> Iterator[Prometheus]:
-    """A Prometheus scraping each ``job name -> host:port`` every second (path /metrics)."""
+def prometheus(
+    tmp_path: Path, targets: dict[str, str], bearer_files: dict[str, Path] | None = None
+) -> Iterator[Prometheus]:
+    """A Prometheus scraping each ``job name -> host:port`` every second (path /metrics);
+    ``bearer_files``: per job, a file whose text it sends as ``Authorization: Bearer``."""
     assert PROMETHEUS is not None, "no prometheus: apt-get install prometheus"
+    files = bearer_files or {}
     jobs = "".join(
         f"  - job_name: {job}\n    metrics_path: /metrics\n"
-        f"    static_configs:\n      - targets: ['{target}']\n"
+        + (
+            f"    authorization:\n      type: Bearer\n      credentials_file: {files[job]}\n"
+            if job in files
+            else ""
+        )
+        + f"    static_configs:\n      - targets: ['{target}']\n"
         for job, target in targets.items()
     )
     config = tmp_path / "prometheus.yml"

@@ -93,6 +93,10 @@ class Server:
             {"Authorization": f"Key {self.admin_key}", "Content-Type": "application/json"},
         )
 
+    def operator(self) -> dict[str, str]:
+        """The header of a request for /metrics or the dashboard data (the admin key)."""
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

@@ -11,13 +11,18 @@ node on 9042 is never touched):
   OutOfMemoryError under six 15 MiB messages and one ``get_many``);
 - durability: a producer puts messages one by one, the node's JVM is SIGKILLed under it, the
   node is started again the same way: every message whose ``put`` returned is there, counted
-  by id.
+  by id;
+- the port: after a SIGKILL, ``make cassandra-up`` with the same port brings the node back on
+  that port, also when something else held it for a moment; held for longer, it fails with one
+  line naming the process that holds it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,7 +32,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cassieq_dev.local_cassandra import STATE_DIR
+from cassieq_dev.local_cassandra import STATE_DIR, query_release_version
+from cassieq_dev.local_cassandra.config import ROOT
 from cassieq_spark.client import QueueClient
 from cassieq_spark.engine.core.queues import MAX_PAYLOAD_LIMIT
 from cassieq_spark.validate import MAX_BATCH
@@ -168,3 +174,77 @@ def test_default_node_keeps_every_acknowledged_put_through_a_sigkill(default_nod
         f"{restart:.1f} s"
     )
     assert not missing, f"{len(missing)} acknowledged puts lost, e.g. {missing[:10]}"
+
+
+def _make_up() -> subprocess.Popen[str]:
+    """`make cassandra-up` for this module's port and directory, as a user types it."""
+    return subprocess.Popen(
+        ["make", "-s", "cassandra-up", f"CASSANDRA_PORT={PORT}", f"CASSANDRA_BASE_DIR={BASE_DIR}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class _PortHolder:
+    """A listener on the node's port that is not Cassandra: it accepts and closes at once."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 30
+        while True:  # the killed JVM's listener goes away a moment after the kill
+            try:
+                self.sock.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} still held 30 s after the kill"
+                time.sleep(0.05)
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join()
+        self.sock.close()
+
+
+def test_a_killed_node_comes_back_on_the_port_it_was_asked_for(default_node: float) -> None:
+    pid = _jvm_pid()
+    os.kill(pid, signal.SIGKILL)
+    holder = _PortHolder(PORT)
+    try:
+        # Held for longer than the launcher waits: one line that names the holder, no move.
+        refused = _make_up()
+        _, err = refused.communicate(timeout=300)
+        assert refused.returncode != 0
+        said = [line for line in err.splitlines() if not line.startswith("make")]
+        assert len(said) == 1, err
+        assert f"127.0.0.1:{PORT} is held by" in said[0] and f"(pid {os.getpid()})" in said[0]
+        assert json.loads((BASE_DIR / "1" / "node.json").read_text())["port"] == PORT
+        # Held for a moment (as the killed JVM's own listener is): the node comes back there.
+        started = time.monotonic()
+        restarted = _make_up()
+        time.sleep(2)
+    finally:
+        holder.close()
+    out, err = restarted.communicate(timeout=400)
+    assert restarted.returncode == 0, out + err
+    print(f"\nrestart on the same port after the holder let go: {time.monotonic() - started:.1f} s")
+    assert f"127.0.0.1:{PORT}" in out and "taken" not in out + err, out + err
+    record = json.loads((BASE_DIR / "1" / "node.json").read_text())
+    assert (record["port"], record["storage_port"]) == (PORT, STORAGE_PORT), record
+    assert _jvm_pid() != pid
+    assert (query_release_version("127.0.0.1", PORT) or "").startswith("5.")

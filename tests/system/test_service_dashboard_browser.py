@@ -225,7 +225,7 @@ def test_the_dashboard_renders_queues_backlog_rates_age_and_dead_letters_in_chro
         browser.wait_for("document.readyState === 'complete'", 30)
         assert browser.evaluate("document.title") == "cassieq queues"
         assert browser.evaluate("document.getElementById('status').textContent") == (
-            "Enter the admin key."
+            "Enter the admin or the metrics key."
         )
         # typed into the form as a user would; the page's script sends it as a header
         browser.evaluate(

@@ -1,5 +1,6 @@
 """A real Prometheus (Debian's ``prometheus`` package) scrapes ``/metrics`` of a running
-``cassieq serve`` and its HTTP API answers with the per-queue backlog and oldest-age series
+``cassieq serve`` with the service's metrics key (``--metrics-key-file``, sent as a bearer
+token) and its HTTP API answers with the per-queue backlog and oldest-age series
 and the request counters by route template.
 
 System tier (marked ``system``): skipped with one line where ``prometheus`` is not installed
@@ -9,6 +10,7 @@ System tier (marked ``system``): skipped with one line where ``prometheus`` is n
 from __future__ import annotations
 
 import json
+import secrets
 import uuid
 
 import pytest
@@ -20,11 +22,15 @@ pytestmark = pytest.mark.system
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus: apt-get install prometheus")
 def test_prometheus_scrapes_the_per_queue_backlog(cassandra, keyspace, tmp_path):
+    metrics_key = tmp_path / "metrics-key"
+    metrics_key.write_text(secrets.token_urlsafe(32))
     server = start_server_on(
         tmp_path / "server",
         cassandra,
         keyspace,
         "--bootstrap",
+        "--metrics-key-file",
+        str(metrics_key),
     )
     try:
         account = f"prom-{uuid.uuid4().hex[:6]}"
@@ -37,7 +43,9 @@ def test_prometheus_scrapes_the_per_queue_backlog(cassandra, keyspace, tmp_path)
             assert server.call("POST", f"{base}/a/messages", f"m{i}", auth).status == 201
         assert server.call("POST", f"{base}/b/messages", "only", auth).status == 201
 
-        with prometheus(tmp_path, {"cassieq": f"{LOOPBACK}:{server.port}"}) as prom:
+        assert server.call("GET", "/metrics").status == 401  # not without the key
+        target = {"cassieq": f"{LOOPBACK}:{server.port}"}
+        with prometheus(tmp_path, target, {"cassieq": metrics_key}) as prom:
 
             def series() -> dict[str, float]:
                 found = prom.query(f'cassieq_queue_backlog{{queue=~"{account}\\\\..*"}}')

@@ -59,7 +59,7 @@ def kill_a_writer_mid_put(options: dict, queue: str) -> None:
 
 def repair_metrics(server: Server) -> tuple[float, float]:
     """(lease held, passes finished) from the instance's /metrics."""
-    text = server.call("GET", "/metrics").body.decode()
+    text = server.call("GET", "/metrics", headers=server.operator()).body.decode()
     held = re.search(r"^cassieq_repair_lease_held (\S+)$", text, re.M)
     passes = re.search(r"^cassieq_repair_passes_total (\S+)$", text, re.M)
     assert held and passes, text

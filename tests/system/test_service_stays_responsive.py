@@ -50,7 +50,9 @@ def test_puts_complete_while_64_scrapes_and_40_long_polls_run(cassandra, keyspac
 
         def scrape() -> None:
             while not stop.is_set():
-                scrapes.append(server.call("GET", "/metrics", timeout=60).status)
+                scrapes.append(
+                    server.call("GET", "/metrics", headers=server.operator(), timeout=60).status
+                )
 
         def long_poll() -> None:
             while not stop.is_set():

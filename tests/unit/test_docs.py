@@ -203,3 +203,142 @@ def test_the_layout_names_every_package() -> None:
     ]
     missing = [m for m in packages if m not in named]
     assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+# -- what the prose names: make targets and variables, cassieq commands and flags, flags of any
+# of the project's commands, CASSIEQ_* variables ------------------------------------------------
+
+PROSE_PAGES = [page for page in PAGES if page.name != "CHANGELOG.md"]  # history names the past
+CODE_DIRS = ("cassieq_spark", "cassieq_dev", "pyspark_cassieq", "jobs", "bench", "tests")
+# Flags of other programs that the pages name in prose, by program.
+OTHER_PROGRAMS_FLAGS = {
+    "--durations": "pytest",
+    "--durations-min": "pytest",
+    "--dist": "pytest-xdist",
+    "--archives": "spark-submit",
+    "--files": "spark-submit",
+    "--py-files": "spark-submit",
+    "--resolution": "uv",
+    "--help": "every command",
+}
+SPAN = re.compile(r"`([^`\n]+)`")
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+ENV_VAR = re.compile(r"\b(CASSIEQ_[A-Z0-9_]+)\b")
+
+
+def _code_text() -> str:
+    here = Path(__file__).resolve()  # names what does not exist, on purpose
+    files = [p for d in CODE_DIRS for p in sorted((ROOT / d).rglob("*.py")) if p != here]
+    files += [ROOT / "Makefile", ROOT / ".ci" / "run"]
+    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+
+
+def _make_variables() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", text)) | set(
+        re.findall(r"(?m)^([A-Z][A-Z0-9_]*)\s*[?:]?=", text)
+    )
+
+
+def _cassieq_problems(words: list[str]) -> list[str]:
+    """What a `cassieq ...` line names that the parser does not have (words after `cassieq`)."""
+    parser = cassieq_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    top = {s: a for a in parser._actions for s in a.option_strings}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-"):
+            action = top.get(word.split("=")[0])
+            if action is None:
+                return [f"no flag {word} before the command"]
+            i += 1 if action.nargs == 0 or "=" in word else 2
+            continue
+        if word in ("...", "COMMAND"):  # any command
+            return []
+        if word not in sub.choices:
+            return [f"no command {word}"]
+        flags = set(top) | {s for a in sub.choices[word]._actions for s in a.option_strings}
+        rest = words[i + 1 :]
+        return [f"no flag {w} of {word}" for w in rest if FLAG.fullmatch(w.split("=")[0])
+                and w.split("=")[0] not in flags]  # fmt: skip
+    return []
+
+
+def _page_problems(text: str, code: str) -> list[str]:
+    """Each target, make variable, command, flag or CASSIEQ_* variable ``text`` names that
+    does not exist (prose: the inline code spans outside fenced blocks; variables: anywhere)."""
+    from cassieq_spark.config.options import env_defaults
+
+    targets, variables = _make_targets(), _make_variables()
+    prose = re.sub(r"(?ms)^\s*```.*?^\s*```", "", text)
+    problems = []
+    for span in SPAN.findall(prose):
+        plain = re.sub(r"\[([^\]]*)\]", r"\1", span)  # `make x [VAR=1]`: optional words
+        try:
+            commands = shell_commands(plain)
+        except ValueError:  # not a shell line (a lone quote in a value, say)
+            commands = [plain.split()]
+        words = [w for c in commands for w in c]
+        for command in commands:
+            while command and re.match(r"^[A-Za-z_]\w*=", command[0]):
+                command = command[1:]
+            if command[:1] == ["make"]:
+                for word in command[1:]:
+                    name = word.split("=")[0]
+                    if "=" in word and name not in variables:
+                        problems.append(f"`{span}`: no make variable {name}")
+                    elif "=" not in word and word[:1].isalpha() and word not in targets:
+                        problems.append(f"`{span}`: no make target {word}")
+            if command[:1] == ["cassieq"]:
+                problems += [f"`{span}`: {p}" for p in _cassieq_problems(command[1:])]
+        if words[:1] == ["cassieq"]:
+            continue
+        for flag in FLAG.findall(span):
+            if flag not in OTHER_PROGRAMS_FLAGS and f'"{flag}"' not in code:
+                problems.append(f"`{span}`: no command has the flag {flag}")
+    for command in (c for b in re.findall(r"(?ms)^\s*```bash\n(.*?)^\s*```", text)
+                    for c in shell_commands(b)):  # fmt: skip
+        args = program_args(command, "make")
+        for word in args or []:
+            if "=" in word and word.split("=")[0] not in variables:
+                problems.append(
+                    f"make {' '.join(args or [])}: no make variable {word.split('=')[0]}"
+                )
+    for var in sorted(set(ENV_VAR.findall(text))):
+        if not re.search(rf"\b{var}\b", code) and not env_defaults({var: "x"}):
+            problems.append(f"{var}: no code reads it")
+    return problems
+
+
+def test_every_page_names_only_targets_commands_flags_and_variables_that_exist() -> None:
+    code = _code_text()
+    wrong = [
+        f"{page.relative_to(ROOT)}: {problem}"
+        for page in PROSE_PAGES
+        for problem in _page_problems(page.read_text(encoding="utf-8"), code)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_page_that_names_what_does_not_exist_is_caught() -> None:
+    page = (
+        "Run `make frobnicate`, or `make test NO_SUCH_VAR=1`; then `cassieq truncate q`,\n"
+        "`cassieq stats q --wacth`, `--no-such-flag`, and set `CASSIEQ_NO_SUCH_THING`.\n"
+        "```bash\nmake demo NOR_THIS=2\n```\n"
+        "Fine: `make test TEST_WORKERS=0`, `cassieq --debug stats q --watch`, `--durations`,\n"
+        "`CASSIEQ_WORKERS`, `CASSIEQ_SSL_CA_FILE`.\n"
+    )
+    found = _page_problems(page, _code_text())
+    expected = [
+        "no make target frobnicate",
+        "no make variable NO_SUCH_VAR",
+        "no command truncate",
+        "no flag --wacth of stats",
+        "no command has the flag --no-such-flag",
+        "no make variable NOR_THIS",
+        "CASSIEQ_NO_SUCH_THING: no code reads it",
+    ]
+    for what in expected:
+        assert any(what in problem for problem in found), (what, found)
+    assert len(found) == len(expected), found

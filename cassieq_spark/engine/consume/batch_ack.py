@@ -135,7 +135,7 @@ def never_issued(
 
 def _decode(queue: QueueInfo, text: object) -> PopReceipt:
     r = PopReceipt.decode(text)  # type: ignore[arg-type]  # anything else is refused there
-    r.check_queue(queue.queue_id, queue.name, text)  # type: ignore[arg-type]
+    r.check(queue, text)  # type: ignore[arg-type]
     return r
 
 
@@ -385,6 +385,6 @@ def _change_batch(
     if not res.was_applied:
         return False
     for i, r, _s in part:
-        new = PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode()
+        new = PopReceipt.issue(queue, r.message_id, r.version + 1)
         out[i] = ReceiptResult(entries[i][0], OK, new_receipt=new)
     return True

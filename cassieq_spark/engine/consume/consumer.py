@@ -165,7 +165,7 @@ class Consumer:
         round): a stale receipt's ack would release the group's next message while the new
         holder still processes this one (groups.py)."""
         r = PopReceipt.decode(receipt)
-        r.check_queue(queue.queue_id, queue.name, receipt)
+        r.check(queue, receipt)
         row = read_one(self.conn, queue, r.message_id, "version, acked, dead, enqueued_at, grp")
         if row is None or row.acked or row.dead or row.version != r.version:
             return False
@@ -239,7 +239,7 @@ class Consumer:
         payload: bytes | None,
     ) -> tuple[str, float]:
         r = PopReceipt.decode(receipt)
-        r.check_queue(queue.queue_id, queue.name, receipt)
+        r.check(queue, receipt)
         stale = StaleReceiptError(
             f"pop receipt for message {r.message_id} of queue {queue.name!r} is stale: the message "
             "was acked or redelivered since; get it again"
@@ -277,7 +277,7 @@ class Consumer:
         )
         if not res.was_applied:
             raise stale
-        return PopReceipt(queue.queue_id, r.message_id, r.version + 1).encode(), due
+        return PopReceipt.issue(queue, r.message_id, r.version + 1), due
 
     def return_unused(self, queue: QueueInfo, message: Message) -> bool:
         """A delivery this client took but did not use (a move the destination refused): the

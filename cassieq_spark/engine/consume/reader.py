@@ -652,7 +652,7 @@ class Reader:
             id=row.id,
             payload=body.payload or b"",
             headers=dict(body.headers or {}),
-            pop_receipt=PopReceipt(queue.queue_id, row.id, version).encode(),
+            pop_receipt=PopReceipt.issue(queue, row.id, version),
             delivery_count=deliveries,
             enqueued_at=body.enqueued_at,
         )
@@ -727,7 +727,7 @@ class Reader:
                     id=r.id,
                     payload=body.payload or b"",
                     headers=dict(body.headers or {}),
-                    pop_receipt=PopReceipt(queue.queue_id, r.id, 1).encode(),
+                    pop_receipt=PopReceipt.issue(queue, r.id, 1),
                     delivery_count=(r.deliveries or 0) + 1,
                     enqueued_at=body.enqueued_at,
                 )

@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ... import validate
@@ -27,6 +27,7 @@ from ..store import faults
 from ..store.schema import SENTINEL_LO
 from ..store.session import Connection
 from .buckets import DEFAULT_BUCKET_SIZE, split_by_bucket, validate_bucket_size
+from .receipts import new_receipt_key
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_PAYLOAD_LIMIT = 15 * 1024 * 1024
 CREATE_ATTEMPTS = 3  # writes of the queue row that timed out before they ran
 UPDATE_ATTEMPTS = 5  # updates of the settings that lost to a concurrent update
+KEY_ATTEMPTS = 3  # reads of a queue whose row had no receipt key yet
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,12 @@ class QueueInfo:
     # How many times update_queue changed the settings (0: never), and when it last did.
     settings_version: int = 0
     updated_at: dt.datetime | None = None
+    # The key of the tags of this incarnation's pop receipts (receipts.py): never printed.
+    receipt_key: bytes | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
         d = asdict(self)
+        del d["receipt_key"]
         d["queue_id"] = str(self.queue_id)
         d["created_at"] = self.created_at.isoformat() if self.created_at else None
         d["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
@@ -152,8 +157,8 @@ def validate_settings(
 
 _SELECT = (
     "SELECT name, queue_id, bucket_size, max_delivery_count, visibility_timeout, repair_timeout, "
-    "dead_letter_queue, message_ttl, max_payload_bytes, created_at, settings_version, updated_at "
-    "FROM {ks}.queues"
+    "dead_letter_queue, message_ttl, max_payload_bytes, created_at, settings_version, updated_at, "
+    "receipt_key FROM {ks}.queues"
 )
 
 
@@ -171,6 +176,7 @@ def _row_to_info(row) -> QueueInfo:
         created_at=row.created_at,
         settings_version=row.settings_version or 0,
         updated_at=row.updated_at,
+        receipt_key=row.receipt_key,
     )
 
 
@@ -323,8 +329,8 @@ def create_queue(
     for _attempt in range(CREATE_ATTEMPTS):
         res = conn.cas(
             "INSERT INTO {ks}.queues (name, queue_id, bucket_size, max_delivery_count, visibility_timeout, "
-            "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
+            "repair_timeout, dead_letter_queue, message_ttl, max_payload_bytes, receipt_key, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS",
             (
                 name,
                 qid,
@@ -335,6 +341,7 @@ def create_queue(
                 s["dead_letter_queue"],
                 s["message_ttl"],
                 s["max_payload_bytes"],
+                new_receipt_key(),
             ),
             read="SELECT queue_id FROM {ks}.queues WHERE name = ?",
             read_params=(name,),
@@ -368,14 +375,41 @@ def create_queue(
     return get_queue(conn, name)
 
 
+def _keyed_with(key: bytes) -> Callable[[Any], bool]:
+    """The settle predicate of a receipt key's write: the row holds ``key``."""
+    return lambda row: row is not None and row.receipt_key == key
+
+
 def get_queue(conn: Connection, name: str) -> QueueInfo:
+    """The queue's definition, its receipt key included.
+
+    A queue row without a key (made before receipts were signed, or by a client of that
+    time) gets one here, by a compare-and-set that applies only while the row has none: every
+    reader ends up with the one key that won, whichever wrote it."""
     validate_queue_name(name)
-    row = conn.execute(_SELECT + " WHERE name = ?", (name,)).one()
-    if row is None or row.queue_id is None:
-        raise QueueNotFoundError(
-            f"queue {name!r} does not exist; create it first (cassieq create-queue {name})"
+    for _attempt in range(KEY_ATTEMPTS):
+        row = conn.execute(_SELECT + " WHERE name = ?", (name,)).one()
+        if row is None or row.queue_id is None:
+            raise QueueNotFoundError(
+                f"queue {name!r} does not exist; create it first (cassieq create-queue {name})"
+            )
+        if row.receipt_key:
+            return _row_to_info(row)
+        key = new_receipt_key()
+        conn.cas(
+            "UPDATE {ks}.queues SET receipt_key = ? WHERE name = ? "
+            "IF queue_id = ? AND receipt_key = null",
+            (key, name, row.queue_id),
+            read="SELECT receipt_key FROM {ks}.queues WHERE name = ?",
+            read_params=(name,),
+            applied=_keyed_with(key),
         )
-    return _row_to_info(row)
+        log.info("queue %s: receipt key made for a row that had none", name)
+        # Whether ours or another reader's key won, the row is read again.
+    raise ContentionError(
+        f"queue {name!r} still had no receipt key after {KEY_ATTEMPTS} attempts (it is being "
+        "deleted and re-created by clients older than schema version 12?); retry"
+    )
 
 
 class Unset:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # The `lo` of a monoton row that is always there, after every reservation: reading it returns
 # the static `next` without walking the rows (and tombstones) of the partition, and a range
@@ -86,6 +86,11 @@ STREAM_TALLIES_MIGRATION: list[str] = [
         PRIMARY KEY ((queue_id, run, end_ts), lo))
         WITH default_time_to_live = {STREAM_TALLIES_TTL_SECONDS}""",
 ]
+
+# Signed pop receipts (see engine/core/receipts.py): each queue incarnation's random key, with
+# which its receipts are tagged, stored with its definition (every client reads that before an
+# ack already). A row without one gets it from the first reader (queues.get_queue).
+RECEIPT_KEY_MIGRATION: list[str] = ["ALTER TABLE {ks}.queues ADD IF NOT EXISTS receipt_key blob"]
 
 # Each entry is applied once, in order; ``IF NOT EXISTS`` keeps re-runs harmless.
 MIGRATIONS: dict[int, list[str]] = {
@@ -228,6 +233,8 @@ MIGRATIONS: dict[int, list[str]] = {
     10: GROUPS_MIGRATION,
     # Stream batch read tallies: acks that do not scan the batch's rows.
     11: STREAM_TALLIES_MIGRATION,
+    # Signed pop receipts: a receipt carries a tag no one can derive from ids.
+    12: RECEIPT_KEY_MIGRATION,
 }
 
 
