@@ -11,9 +11,9 @@ import time
 
 import pytest
 from support.async_runner import LoopThread
-from support.released_loops import SETTLE_BOUND, eventually, visible
+from support.released_loops import SETTLE_BOUND, eventually, release_threads, visible
 
-from cassieq_spark import AsyncQueueClient, QueueClient
+from cassieq_spark import AsyncQueueClient
 
 pytestmark = [pytest.mark.integration]
 
@@ -25,14 +25,7 @@ def test_three_loops_whose_body_raises_each_get_the_message_back_on_one_client(
     queue_client.create_queue(queue_name, visibility_timeout=2)
     queue_client.put(queue_name, b"poison")
     deliveries: list[int] = []
-    released_on: list[str] = []
-    release = QueueClient.change_visibility_many
-
-    def recorded(self, *args, **kwargs):
-        released_on.append(threading.current_thread().name)
-        return release(self, *args, **kwargs)
-
-    monkeypatch.setattr(QueueClient, "change_visibility_many", recorded)
+    released_on = release_threads(monkeypatch)
 
     def passes() -> None:
         for _ in range(3):

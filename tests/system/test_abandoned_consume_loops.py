@@ -11,9 +11,7 @@ import gc
 import threading
 
 import pytest
-from support.released_loops import eventually, visible
-
-from cassieq_spark import QueueClient
+from support.released_loops import eventually, release_threads, visible
 
 
 def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
@@ -24,14 +22,7 @@ def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
     release runs on the client's releaser thread, none in the thread that dropped the loop."""
     queue_client.create_queue(queue_name, visibility_timeout=30, max_delivery_count=1000)
     queue_client.put_many(queue_name, [f"m{i}".encode() for i in range(20)])
-    settled_on: list[str] = []
-    release = QueueClient.change_visibility_many
-
-    def counted(self, *args, **kwargs):
-        settled_on.append(threading.current_thread().name)
-        return release(self, *args, **kwargs)
-
-    monkeypatch.setattr(QueueClient, "change_visibility_many", counted)
+    settled_on = release_threads(monkeypatch)
     for i in range(100):
         kind = i % 3
         if kind == 0:
