@@ -28,10 +28,16 @@ def test_json_progress_lines_are_the_first_the_last_and_at_most_one_a_second():
         task.advance(1, moved=1)
     task.finish(moved=3, taken_over=0)
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
-    assert [(x["done"], x["finished"]) for x in lines] == [(0, False), (3, True)]
+    assert [(x["done"], x["finished"]) for x in lines] == [(1, False), (3, True)]
     last = lines[-1]
     assert last["progress"] == "redrive" and last["subject"] == "a -> b"
     assert last["total"] == 3 and last["moved"] == 3 and last["taken_over"] == 0
+
+
+def test_a_task_refused_before_its_first_unit_reports_nothing():
+    out = io.StringIO()
+    start_task(JsonLinesProgress(out, interval=0), "bootstrap", "ks", 4, unit="steps")
+    assert out.getvalue() == ""
 
 
 def test_a_progress_bar_is_drawn_on_its_stream():

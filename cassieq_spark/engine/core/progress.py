@@ -8,7 +8,8 @@ Without a sink (``None``) reporting costs a method call and nothing else.
 A report is a :class:`ProgressEvent`: the task's name, what it covers (``subject``: a queue,
 a keyspace), units done so far, the total when known (an estimate may be passed: ``done``
 can then exceed it), counters of the task's own (``moved``, ``taken_over``...) and whether
-the task has finished. Events of one task come from one thread, in order.
+the task has finished. Events of one task come from one thread, in order; the first comes with
+the first unit done (or the finish), so a task that fails before it did anything reports nothing.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class ProgressTask:
         self.counts: dict[str, int] = {}
         self.finished = False
         self._started = time.monotonic()
-        self._send()
+        # Nothing is reported before the first unit or the finish: an operation refused before
+        # it did anything (a bad setting found by its first step) prints its error alone.
 
     def _send(self) -> None:
         if self.sink is None:
