@@ -12,6 +12,7 @@ with QueueClient.connect(["127.0.0.1"]) as q:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import ssl
@@ -755,20 +756,12 @@ class QueueClient:
         hint = None
         if progress is not None and max_messages is None:
             hint = remaining_estimate(self.counters.read(src))
-        if one_at_a_time:
-            return move_messages(
-                self.conn,
-                self.counters,
-                self._consumer,
-                src,
-                dst,
-                max_messages=max_messages,
-                visibility_timeout=visibility_seconds(vt),
-                redrive=redrive,
-                progress=progress,
-                total_hint=hint,
-            )
-        return move_in_batches(
+        mover: Callable[..., MoveReport] = (
+            move_messages
+            if one_at_a_time
+            else functools.partial(move_in_batches, batch_size=batch_size, rate=rate)
+        )
+        return mover(
             self.conn,
             self.counters,
             self._consumer,
@@ -777,8 +770,6 @@ class QueueClient:
             max_messages=max_messages,
             visibility_timeout=visibility_seconds(vt),
             redrive=redrive,
-            batch_size=batch_size,
-            rate=rate,
             progress=progress,
             total_hint=hint,
         )

@@ -85,35 +85,36 @@ def _attributes(queue: str, operation: str, kind: str, count: int | None) -> dic
 
 
 @contextlib.contextmanager
-def producer_span(queue: str, count: int | None = None) -> Iterator[Any]:
-    """The span of one put of ``count`` messages (None: not known yet; set
-    ``messaging.batch.message_count`` on the span yielded)."""
+def _messaging_span(
+    queue: str, operation: str, kind: str, span_kind: str, count: int | None
+) -> Iterator[Any]:
+    """The current span ``<operation> <queue>`` of SpanKind ``span_kind`` with the messaging
+    attributes; yields None without the API."""
     api = _otel()
     if api is None:
         yield None
         return
     tracer = _tracer(api)
     with tracer.start_as_current_span(
-        f"send {queue}",
-        kind=api.SpanKind.PRODUCER,
-        attributes=_attributes(queue, "send", "send", count),
+        f"{operation} {queue}",
+        kind=getattr(api.SpanKind, span_kind),
+        attributes=_attributes(queue, operation, kind, count),
     ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def producer_span(queue: str, count: int | None = None) -> Iterator[Any]:
+    """The span of one put of ``count`` messages (None: not known yet; set
+    ``messaging.batch.message_count`` on the span yielded)."""
+    with _messaging_span(queue, "send", "send", "PRODUCER", count) as span:
         yield span
 
 
 @contextlib.contextmanager
 def settle_span(queue: str, count: int | None = None) -> Iterator[Any]:
     """The span of acking ``count`` messages."""
-    api = _otel()
-    if api is None:
-        yield None
-        return
-    tracer = _tracer(api)
-    with tracer.start_as_current_span(
-        f"ack {queue}",
-        kind=api.SpanKind.CLIENT,
-        attributes=_attributes(queue, "ack", "settle", count),
-    ) as span:
+    with _messaging_span(queue, "ack", "settle", "CLIENT", count) as span:
         yield span
 
 

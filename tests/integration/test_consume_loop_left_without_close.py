@@ -6,47 +6,16 @@ client stays usable. Sync and async, on the real Cassandra."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from support.async_runner import LoopThread
+from support.released_loops import SETTLE_BOUND, eventually, release_threads, visible
 
-from cassieq_spark import AsyncQueueClient, QueueClient
+from cassieq_spark import AsyncQueueClient
 
 pytestmark = [pytest.mark.integration]
-
-SETTLE_BOUND = 20.0  # seconds: a liveness bound, far above what settling takes
-
-
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector off: what is released must be released without it."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-@pytest.fixture
-def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
-    client = QueueClient.from_options(cassieq_options)
-    yield client
-    client.close()
-
-
-def _eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + SETTLE_BOUND
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
-def _visible(observer: QueueClient, queue: str, n: int) -> Callable[[], bool]:
-    return lambda: len(observer.peek(queue, 100)) == n
 
 
 def test_three_loops_whose_body_raises_each_get_the_message_back_on_one_client(
@@ -56,14 +25,7 @@ def test_three_loops_whose_body_raises_each_get_the_message_back_on_one_client(
     queue_client.create_queue(queue_name, visibility_timeout=2)
     queue_client.put(queue_name, b"poison")
     deliveries: list[int] = []
-    released_on: list[str] = []
-    release = QueueClient.change_visibility_many
-
-    def recorded(self, *args, **kwargs):
-        released_on.append(threading.current_thread().name)
-        return release(self, *args, **kwargs)
-
-    monkeypatch.setattr(QueueClient, "change_visibility_many", recorded)
+    released_on = release_threads(monkeypatch)
 
     def passes() -> None:
         for _ in range(3):
@@ -71,7 +33,7 @@ def test_three_loops_whose_body_raises_each_get_the_message_back_on_one_client(
                 for m in own_client.consume(queue_name, batch=1, wait=5):
                     deliveries.append(m.delivery_count)
                     raise RuntimeError("handler failed")
-            _eventually(_visible(queue_client, queue_name, 1), "the message was not released")
+            eventually(visible(queue_client, queue_name, 1), "the message was not released")
 
     runner = threading.Thread(target=passes, daemon=True)
     runner.start()
@@ -133,7 +95,7 @@ def test_an_async_loop_left_by_break_gives_its_batch_back(
         client = runner.run(AsyncQueueClient.from_options(cassieq_options))
         try:
             runner.run(leave(client))
-            _eventually(_visible(queue_client, queue_name, 3), "the batch was not given back")
+            eventually(visible(queue_client, queue_name, 3), "the batch was not given back")
         finally:
             runner.run(client.close())
     finally:
@@ -148,7 +110,7 @@ def test_a_loop_left_by_break_acks_nothing_more_and_gives_its_batch_back(
     queue_client.put_many(queue_name, [b"a", b"b", b"c"])
     for _ in own_client.consume(queue_name, batch=3, wait=0):
         break
-    _eventually(_visible(queue_client, queue_name, 3), "the batch was not given back")
+    eventually(visible(queue_client, queue_name, 3), "the batch was not given back")
     s = queue_client.stats(queue_name)
     assert (s["in_flight"], s["acked"]) == (0, 0), s
 

@@ -15,16 +15,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.service_harness import LOOPBACK, Server, start_test_server
+from support.service_harness import LOOPBACK, Server
 
 JSON = {"Content-Type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_test_server(tmp_path_factory.mktemp("service-claims"), cassandra, cassieq_options)
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -7,16 +7,8 @@ import json
 import uuid
 
 import pytest
-from support.service_harness import start_test_server
 
 JSON = {"Content-Type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def server(cassandra, queue_client, cassieq_options, tmp_path_factory):
-    s = start_test_server(tmp_path_factory.mktemp("service-dedup"), cassandra, cassieq_options)
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ compare-and-set lives in the engine.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from support.cluster_faults import (
     faults_on,
 )
 from support.driver import Driver
+from support.service_harness import Server, start_test_server
 
 TEST_KEYSPACE = "cassieq_test"
 FAULT_MODES = ("none", "lost-reply")
@@ -181,3 +183,32 @@ def query_drivers(cassieq_options):
     yield make
     for d in made:
         d.reader.stop()
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: what is released must be released without it."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
+def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
+    """A second :class:`QueueClient` (its own releaser thread), closed at the end of the test;
+    ``queue_client`` stays the observer."""
+    client = QueueClient.from_options(cassieq_options)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def server(cassandra, queue_client, cassieq_options, tmp_path_factory) -> Iterator[Server]:
+    """``cassieq serve`` on the test keyspace (bootstrapped by ``queue_client``), one a test
+    module, stopped after the module's last test. A module that needs other server options
+    defines its own ``server`` fixture, which takes precedence."""
+    s = start_test_server(tmp_path_factory.mktemp("service"), cassandra, cassieq_options)
+    yield s
+    s.stop()

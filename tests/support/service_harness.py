@@ -171,19 +171,25 @@ def start_server(
     raise RuntimeError(f"cassieq serve did not get ready in 60 s:\n{server.log()}")
 
 
-def start_test_server(tmp: Path, cassandra, options: dict, *extra: str, **kw) -> Server:
-    """``cassieq serve`` on the Cassandra under test (the ``cassandra`` fixture) and the test
-    keyspace of ``options`` (``cassieq_options``), with a fresh secret and admin key."""
+def start_server_on(tmp: Path, cassandra, keyspace: str, *extra: str, **kw) -> Server:
+    """``cassieq serve`` on the Cassandra under test (the ``cassandra`` fixture) and
+    ``keyspace``, with a fresh secret and admin key (``Server.admin_key``)."""
     return start_server(
         tmp,
         cassandra.contact_points,
         cassandra.port,
-        options["keyspace"],
+        keyspace,
         secrets.token_urlsafe(32),
         secrets.token_urlsafe(24),
         *extra,
         **kw,
     )
+
+
+def start_test_server(tmp: Path, cassandra, options: dict, *extra: str, **kw) -> Server:
+    """``cassieq serve`` on the Cassandra under test (the ``cassandra`` fixture) and the test
+    keyspace of ``options`` (``cassieq_options``), with a fresh secret and admin key."""
+    return start_server_on(tmp, cassandra, options["keyspace"], *extra, **kw)
 
 
 # -- signing, written from the spec's description (not from the service's module) -------------

@@ -9,41 +9,9 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
-from collections.abc import Callable, Iterator
 
 import pytest
-
-from cassieq_spark import QueueClient
-
-SETTLE_BOUND = 20.0  # seconds: a liveness bound, far above what settling takes
-
-
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-@pytest.fixture
-def own_client(cassieq_options, queue_client) -> Iterator[QueueClient]:
-    client = QueueClient.from_options(cassieq_options)
-    yield client
-    client.close()
-
-
-def _eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + SETTLE_BOUND
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
-def _visible(observer: QueueClient, queue: str, n: int) -> Callable[[], bool]:
-    return lambda: len(observer.peek(queue, 100)) == n
+from support.released_loops import eventually, release_threads, visible
 
 
 def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
@@ -54,14 +22,7 @@ def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
     release runs on the client's releaser thread, none in the thread that dropped the loop."""
     queue_client.create_queue(queue_name, visibility_timeout=30, max_delivery_count=1000)
     queue_client.put_many(queue_name, [f"m{i}".encode() for i in range(20)])
-    settled_on: list[str] = []
-    release = QueueClient.change_visibility_many
-
-    def counted(self, *args, **kwargs):
-        settled_on.append(threading.current_thread().name)
-        return release(self, *args, **kwargs)
-
-    monkeypatch.setattr(QueueClient, "change_visibility_many", counted)
+    settled_on = release_threads(monkeypatch)
     for i in range(100):
         kind = i % 3
         if kind == 0:
@@ -80,10 +41,10 @@ def test_a_hundred_loops_left_without_close_on_one_client_release_everything(
     cycle.append(cycle)
     del cycle
     gc.collect()
-    _eventually(_visible(queue_client, queue_name, 20), "not every message came back")
+    eventually(visible(queue_client, queue_name, 20), "not every message came back")
     assert queue_client.stats(queue_name)["in_flight"] == 0
     assert len(settled_on) == 101 and set(settled_on) == {"cassieq-releaser"}
-    _eventually(
+    eventually(
         lambda: not any(t.name.startswith("heartbeat-") for t in threading.enumerate()),
         "a heartbeat thread was left running",
     )

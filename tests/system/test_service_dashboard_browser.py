@@ -18,7 +18,6 @@ import base64
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import struct
 import subprocess
@@ -28,7 +27,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from support.service_harness import start_server
+from support.service_harness import start_server_on
 
 pytestmark = pytest.mark.system
 
@@ -180,14 +179,10 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
 def test_the_dashboard_renders_queues_backlog_rates_age_and_dead_letters_in_chromium(
     cassandra, keyspace, tmp_path
 ):
-    admin_key = secrets.token_urlsafe(24)
-    server = start_server(
+    server = start_server_on(
         tmp_path / "server",
-        cassandra.contact_points,
-        cassandra.port,
+        cassandra,
         keyspace,
-        secrets.token_urlsafe(32),
-        admin_key,
         "--bootstrap",
         "--stats-seconds",
         "1",  # the dashboard's data is a snapshot refreshed in the background
@@ -234,7 +229,7 @@ def test_the_dashboard_renders_queues_backlog_rates_age_and_dead_letters_in_chro
         )
         # typed into the form as a user would; the page's script sends it as a header
         browser.evaluate(
-            f"document.getElementById('key').value = {json.dumps(admin_key)};"
+            f"document.getElementById('key').value = {json.dumps(server.admin_key)};"
             "document.querySelector('#login button').click(); true"
         )
         browser.wait_for("document.querySelectorAll('#queues tbody tr').length >= 2", 30)

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from support.prometheus import PROMETHEUS, prometheus
-from support.service_harness import LOOPBACK, start_server
+from support.service_harness import LOOPBACK, start_server_on
 
 pytestmark = pytest.mark.system
 
@@ -24,13 +24,10 @@ pytestmark = pytest.mark.system
 def test_prometheus_scrapes_the_per_queue_backlog(cassandra, keyspace, tmp_path):
     metrics_key = tmp_path / "metrics-key"
     metrics_key.write_text(secrets.token_urlsafe(32))
-    server = start_server(
+    server = start_server_on(
         tmp_path / "server",
-        cassandra.contact_points,
-        cassandra.port,
+        cassandra,
         keyspace,
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
         "--bootstrap",
         "--metrics-key-file",
         str(metrics_key),

@@ -11,14 +11,13 @@ ever). System tier (marked ``system``): one server of its own, about 30 s.
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.service_harness import start_server
+from support.service_harness import start_server_on
 
 pytestmark = pytest.mark.system
 
@@ -29,13 +28,10 @@ PUT_BOUND = 10.0  # seconds, generous
 
 
 def test_puts_complete_while_64_scrapes_and_40_long_polls_run(cassandra, keyspace, tmp_path):
-    server = start_server(
+    server = start_server_on(
         tmp_path / "server",
-        cassandra.contact_points,
-        cassandra.port,
+        cassandra,
         keyspace,
-        secrets.token_urlsafe(32),
-        secrets.token_urlsafe(24),
         "--bootstrap",
         "--stats-seconds",
         "1",  # a stats pass every second: scrapes always meet a refresh

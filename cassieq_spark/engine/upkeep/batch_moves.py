@@ -61,7 +61,7 @@ from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
 from ..write.producer import enqueue
-from .moves import MoveReport, move_key, moved_headers
+from .moves import MoveReport, finish_move, move_key, moved_headers, refused_move
 
 log = logging.getLogger(__name__)
 
@@ -426,25 +426,8 @@ def move_in_batches(
             task.advance(len(results), moved=ok, taken_over=len(results) - ok)
         if refused:
             back = [consumer.return_unused(source, m) for m in refused]
-            first = refused[0]
-            where = (
-                "it stays in the source, visible again, its delivery not counted"
-                if back[0]
-                else "another consumer holds it now"
-            )
             task.finish(moved=report.moved, taken_over=report.taken_over)
-            raise ConfigError(
-                f"message {first.id} of {source.name!r} has {len(first.payload)} bytes, more "
-                f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
-                f"({report.moved} moved before it)"
+            raise refused_move(
+                source, destination, refused[0], given_back=back[0], moved=report.moved
             )
-    task.finish(moved=report.moved, taken_over=report.taken_over)
-    log.info(
-        "%s %s -> %s in batches: %d moved, %d taken over by another mover",
-        "redrive" if redrive else "move",
-        source.name,
-        destination.name,
-        report.moved,
-        report.taken_over,
-    )
-    return report
+    return finish_move(task, report, redrive=redrive, how="in batches", logger=log)

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
 from ..core.counters import Counters
-from ..core.progress import ProgressSink, start_task
+from ..core.messages import Message
+from ..core.progress import ProgressSink, ProgressTask, start_task
 from ..core.queues import QueueInfo
 from ..store import faults
 from ..store.session import Connection
@@ -73,6 +74,42 @@ def moved_headers(headers: dict[str, str], source: QueueInfo, redrive: bool) -> 
     return out
 
 
+def refused_move(
+    source: QueueInfo, destination: QueueInfo, message: Message, *, given_back: bool, moved: int
+) -> ConfigError:
+    """The error for ``message``, larger than ``destination``'s max_payload_bytes: says where the
+    message is now (``given_back``: visible again in the source, its delivery not counted;
+    otherwise another consumer claimed it meanwhile) and how many were ``moved`` before it."""
+    where = (
+        "it stays in the source, visible again, its delivery not counted"
+        if given_back
+        else "another consumer holds it now"
+    )
+    return ConfigError(
+        f"message {message.id} of {source.name!r} has {len(message.payload)} bytes, more "
+        f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
+        f"({moved} moved before it)"
+    )
+
+
+def finish_move(
+    task: ProgressTask, report: MoveReport, *, redrive: bool, how: str, logger: logging.Logger
+) -> MoveReport:
+    """Ends a redrive or move that ran to the end: the task's final counts, one log line on
+    ``logger`` (``how`` the move ran: one at a time, in batches), the report returned."""
+    task.finish(moved=report.moved, taken_over=report.taken_over)
+    logger.info(
+        "%s %s -> %s %s: %d moved, %d taken over by another mover",
+        "redrive" if redrive else "move",
+        report.source,
+        report.destination,
+        how,
+        report.moved,
+        report.taken_over,
+    )
+    return report
+
+
 def move_messages(
     conn: Connection,
     counters: Counters,
@@ -110,16 +147,7 @@ def move_messages(
             # Given back as it was: a refused move never counts as a delivery, so retrying it
             # never dead-letters or drops the message.
             back = consumer.return_unused(source, message)
-            where = (
-                "it stays in the source, visible again, its delivery not counted"
-                if back
-                else "another consumer holds it now"
-            )
-            raise ConfigError(
-                f"message {message.id} of {source.name!r} has {len(message.payload)} bytes, more "
-                f"than {destination.name!r} accepts ({destination.max_payload_bytes}); {where} "
-                f"({report.moved} moved before it)"
-            )
+            raise refused_move(source, destination, message, given_back=back, moved=report.moved)
         # A redelivery may be of a message a batch mover planned: its batch is the one copy.
         if message.delivery_count <= 1 or not batch_moves.replay_marked(
             conn, counters, source, destination, message.id, redrive
@@ -139,16 +167,7 @@ def move_messages(
         else:
             report.taken_over += 1
             task.advance(1, taken_over=1)
-    task.finish(moved=report.moved, taken_over=report.taken_over)
-    log.info(
-        "%s %s -> %s one at a time: %d moved, %d taken over by another mover",
-        "redrive" if redrive else "move",
-        source.name,
-        destination.name,
-        report.moved,
-        report.taken_over,
-    )
-    return report
+    return finish_move(task, report, redrive=redrive, how="one at a time", logger=log)
 
 
 __all__ = [
@@ -156,6 +175,8 @@ __all__ = [
     "HEADER_ORIGIN_QUEUE",
     "HEADER_REDRIVE_COUNT",
     "MoveReport",
+    "finish_move",
     "move_messages",
     "moved_headers",
+    "refused_move",
 ]
