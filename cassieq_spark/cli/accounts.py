@@ -171,7 +171,11 @@ def run_account(args: argparse.Namespace) -> int:
     elif args.account_command == "list":
         accounts = admin_call(service, key, "GET", "/accounts") or []
         shown = [
-            {"accountName": a["accountName"], "keyNames": sorted(a.get("keys") or {})}
+            # The service lists key names only; one that lists keys shows their names here.
+            {
+                "accountName": a["accountName"],
+                "keyNames": sorted(a.get("keyNames") or a.get("keys") or ()),
+            }
             for a in accounts
         ]
         print(json.dumps(shown))  # noqa: T201

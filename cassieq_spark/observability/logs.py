@@ -101,6 +101,20 @@ def log_format(given: str | None) -> str:
     return value
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is when a record is emitted, not when the handler was
+    made: a process that swaps its stderr (a test's capture, a redirect) keeps its log lines
+    and never writes to a stream closed since."""
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: IO[str]) -> None:
+        pass
+
+
 def configure_logging(
     fmt: str,
     level: int = logging.WARNING,
@@ -113,7 +127,9 @@ def configure_logging(
     ours. ``quiet_driver``: the Cassandra driver's own lines are dropped (a one-shot command
     says the same in its one-line error); a service keeps them. ``text_format``: the text
     layout (default: timestamp, level, logger, message)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler: logging.Handler = (
+        logging.StreamHandler(stream) if stream is not None else _CurrentStderr()
+    )
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else logging.Formatter(text_format or TEXT_FORMAT)
     )

@@ -1,6 +1,7 @@
 """The stream's read tallies are the schema version after message groups': ``bootstrap`` adds the
-``stream_tallies`` table to a keyspace the previous version made, keeping its queues and
-messages; a stream on the migrated keyspace delivers and acks them."""
+``stream_tallies`` table to a keyspace the previous version made (and every later version's
+changes), keeping its queues and messages; a stream on the migrated keyspace delivers and acks
+them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ pytestmark = [pytest.mark.integration]
 def test_bootstrap_migrates_the_previous_version_s_keyspace_to_stream_tallies(cassandra, keyspace):
     session = cassandra.session()
     tallies = next(v for v, m in schema.MIGRATIONS.items() if m == schema.STREAM_TALLIES_MIGRATION)
-    assert tallies == schema.SCHEMA_VERSION
     previous = max(v for v in schema.MIGRATIONS if v < tallies)
     opts = {
         "contactPoints": ",".join(cassandra.contact_points),
