@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from cassandra import OperationTimedOut, Unavailable, WriteTimeout
+from cassandra import OperationTimedOut, Unavailable, WriteFailure, WriteTimeout
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionException
 from cassandra.protocol import OverloadedErrorMessage
@@ -31,9 +31,11 @@ log = logging.getLogger(__name__)
 # ConnectionException: the connection died with the update in flight (a node SIGKILLed); the
 # retry policy never re-sends a counter update, so the driver hands that error up as it is.
 # Overloaded: a coordinator that is shutting down (a rolling restart) refuses it the same way.
+# WriteFailure: the replica leading the update failed to run it (it was being killed).
 COUNTER_FAILURES = (
     OverloadedErrorMessage,
     WriteTimeout,
+    WriteFailure,
     Unavailable,
     OperationTimedOut,
     NoHostAvailable,

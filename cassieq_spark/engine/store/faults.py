@@ -15,7 +15,9 @@ Nothing of Cassandra is faked. Every statement the engine sends goes through
   coordinator that is shutting down answers: "Server is shutting down"). The driver's retry
   policy sends any statement on to the next node after it, so in production it reaches the
   engine only when every node tried was shutting down; the seam raises it for any statement
-  it matches, on every attempt (a statement sent again passes the seam again).
+  it matches, on every attempt (a statement sent again passes the seam again);
+* ``failed_before``: the caller gets WriteFailure and the statement never runs (what a
+  coordinator answers when a replica fails to run the write, one dying under it).
 
 Named *points* in the protocol code (``faults.point("sink.closed")``) let a test run its own
 action between two steps: pause, run another consumer, kill a block. ``skew`` moves this
@@ -59,7 +61,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cassandra import ConsistencyLevel, OperationTimedOut, Unavailable, WriteTimeout
+from cassandra import ConsistencyLevel, OperationTimedOut, Unavailable, WriteFailure, WriteTimeout
 from cassandra.policies import WriteType
 from cassandra.protocol import OverloadedErrorMessage
 
@@ -71,7 +73,8 @@ RETRIED = "retried"
 TIMEOUT_BEFORE = "timeout_before"
 UNAVAILABLE_AFTER = "unavailable_after"
 REFUSED_BEFORE = "refused_before"
-MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE, UNAVAILABLE_AFTER, REFUSED_BEFORE)
+FAILED_BEFORE = "failed_before"
+MODES = (LOST_REPLY, RETRIED, TIMEOUT_BEFORE, UNAVAILABLE_AFTER, REFUSED_BEFORE, FAILED_BEFORE)
 
 
 def is_write(cql: str) -> bool:
@@ -153,6 +156,18 @@ def injected_unavailable(cql: str) -> Exception:
         consistency=ConsistencyLevel.SERIAL if is_conditional(cql) else None,
         required_replicas=2,
         alive_replicas=1,
+    )
+
+
+def injected_write_failure(cql: str) -> Exception:
+    """What the driver raises when a replica fails to run a write (one dying under it)."""
+    return WriteFailure(
+        f"injected: replica failed to execute the write ({cql[:60]}...)",
+        consistency=ConsistencyLevel.ONE,
+        required_responses=1,
+        received_responses=0,
+        failures=1,
+        write_type=WriteType.SIMPLE,
     )
 
 

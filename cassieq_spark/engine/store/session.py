@@ -489,6 +489,8 @@ class Connection:
             return faults.injected_refusal(_text(statement))
         if mode == faults.UNAVAILABLE_AFTER:
             return faults.injected_unavailable(_text(statement))
+        if mode == faults.FAILED_BEFORE:
+            return faults.injected_write_failure(_text(statement))
         return None
 
     def execute(self, statement, params: tuple | list | None = (), **kw):
