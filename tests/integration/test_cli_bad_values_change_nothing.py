@@ -39,8 +39,10 @@ def test_put_ndjson_puts_nothing_when_line_1001_is_over_the_queue_limit(
     assert status == cli.EXIT_USAGE
     # The command's own error is its last line (a handler another test left on a stream
     # closed since may print a logging error before it in this shared process).
-    assert err.strip().splitlines()[-1].startswith(
-        "cassieq: error: stdin line 1001: payload has 50 bytes;"
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("cassieq: error: stdin line 1001: payload has 50 bytes;")
     ), err
     assert out == ""
     assert queue_client.stats(queue_name)["enqueued"] == 0
