@@ -4,21 +4,15 @@ queues and messages, and the messages put before the migration are delivered as 
 
 from __future__ import annotations
 
+from support.schema_versions import keyspace_before
+
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.store import schema
 
 
 def test_bootstrap_migrates_the_previous_version_s_keyspace_to_message_groups(cassandra, keyspace):
     session = cassandra.session()
-    groups = next(v for v, m in schema.MIGRATIONS.items() if m == schema.GROUPS_MIGRATION)
-    previous = max(v for v in schema.MIGRATIONS if v < groups)
-    for version in sorted(v for v in schema.MIGRATIONS if v <= previous):
-        for statement in schema.MIGRATIONS[version]:  # what the previous bootstrap applied
-            session.execute(statement.replace("{ks}.", f"{keyspace}."))
-    session.execute(
-        f"INSERT INTO {keyspace}.schema_version (component, version) VALUES ('cassieq', %s)",
-        (previous,),
-    )
+    keyspace_before(session, keyspace, schema.GROUPS_MIGRATION)
     opts = {
         "contactPoints": ",".join(cassandra.contact_points),
         "port": str(cassandra.port),

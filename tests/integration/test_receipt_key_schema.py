@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from support.schema_versions import keyspace_before
 
 from cassieq_spark import QueueClient
 from cassieq_spark.engine.core.receipts import PopReceipt
@@ -22,16 +23,7 @@ pytestmark = pytest.mark.integration
 
 
 def _keyspace_of_version_11(session, keyspace: str) -> None:
-    receipts = next(v for v, m in schema.MIGRATIONS.items() if m == RECEIPT_KEY_MIGRATION)
-    previous = max(v for v in schema.MIGRATIONS if v < receipts)
-    assert previous == 11
-    for version in sorted(v for v in schema.MIGRATIONS if v <= previous):
-        for statement in schema.MIGRATIONS[version]:  # what the previous bootstrap applied
-            session.execute(statement.replace("{ks}.", f"{keyspace}."))
-    session.execute(
-        f"INSERT INTO {keyspace}.schema_version (component, version) VALUES ('cassieq', %s)",
-        (previous,),
-    )
+    assert keyspace_before(session, keyspace, RECEIPT_KEY_MIGRATION) == 11
     # the rows version 11's create_queue wrote: pointers, counter, and a queue row without key
     qid = uuid.uuid4()
     session.execute(
